@@ -1,0 +1,14 @@
+"""jax-grouped-gemm: grouped (ragged) GEMMs for Mixture-of-Experts layers in JAX.
+
+`ragged_dot` and `ragged_dot_general` are drop-in replacements for jax.lax's,
+running on this package's XLA FFI kernels (CPU and, where built, CUDA).
+"""
+
+from jax_grouped_gemm.ragged_dot import (
+    RaggedDotDimensionNumbers,
+    ragged_dot,
+    ragged_dot_general,
+)
+
+__all__ = ["RaggedDotDimensionNumbers", "ragged_dot", "ragged_dot_general"]
+__version__ = "0.1.0"

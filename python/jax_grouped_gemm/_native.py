@@ -1,0 +1,40 @@
+"""The native module: loads it once and registers its XLA FFI handlers.
+
+Every custom-call target is registered for "cpu" and, when the CUDA kernels
+were built, for "CUDA" under the same name, so one lowering serves both
+platforms (and a multi-platform `jax.export` artifact finds both).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+
+try:
+  from jax_grouped_gemm import _jgg_native as _module
+except ImportError as e:  # pragma: no cover - only without a build
+  raise ImportError(
+      "jax_grouped_gemm's native module is not built: run ./tools/build "
+      "(or ./tools/test, which builds first) from the checkout root."
+  ) from e
+
+RAGGED_M_TARGET: str = _module.RAGGED_M_TARGET
+RAGGED_K_TARGET: str = _module.RAGGED_K_TARGET
+CUDA_BUILT: bool = bool(_module.cuda_built)
+
+
+@functools.cache
+def register_targets() -> dict[str, tuple[str, ...]]:
+  """Registers every handler with jax.ffi; idempotent. Returns what it registered."""
+  registered = {}
+  for platform, targets in _module.registrations().items():
+    for name, capsule in targets.items():
+      jax.ffi.register_ffi_target(name, capsule, platform=platform)
+    registered[platform] = tuple(sorted(targets))
+  return registered
+
+
+def workspace_bytes(op: str, batch: int, num_local_groups: int) -> int:
+  """Scratch bytes one call of `op` needs; the formula lives in C++."""
+  return int(_module.workspace_bytes(op, batch, num_local_groups))

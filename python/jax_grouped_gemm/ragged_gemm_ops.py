@@ -1,0 +1,207 @@
+"""The two canonical ragged GEMMs as JAX primitives, and their rules.
+
+  ragged_m: lhs [B, M, K] . rhs [G, B, K, N] (or [G, B, N, K]) -> [B, M, N]
+            ragged non-contracting: forward and dgrad.
+  ragged_k: lhs [B, R, P], rhs [B, R, N] -> [G, B, P, N]
+            ragged contracting: wgrad.
+
+group_sizes is [B, num_global_groups] int32 and group_offset [1] int32, both
+device values (see xla_plugin/common/ragged_layout.h for the clamping rule).
+
+Both ops are bilinear in (lhs, rhs) and the set is closed under transposition
+(the transpose of a ragged_m is a ragged_m with the weight read transposed, or
+a ragged_k; the transpose of a ragged_k is a ragged_m), so JVP + transpose
+rules give forward and reverse mode, linearize and higher order, all running
+on our kernels. `jax_grouped_gemm.ragged_dot` maps jax.lax's general dimension
+numbers onto these two.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jex_core
+from jax.interpreters import ad, batching, mlir
+
+from jax_grouped_gemm import _native
+
+SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+_native.register_targets()
+
+ragged_m_p = jex_core.Primitive("jgg_ragged_m")
+ragged_k_p = jex_core.Primitive("jgg_ragged_k")
+
+
+def _same_input_dtype(lhs, rhs):
+  """The kernels take one input dtype: promote mixed operands (as XLA's dot does)."""
+  if lhs.dtype == rhs.dtype:
+    return lhs, rhs
+  common = jnp.promote_types(lhs.dtype, rhs.dtype)
+  return lhs.astype(common), rhs.astype(common)
+
+
+def ragged_m(lhs, rhs, group_sizes, group_offset, *, rhs_transposed: bool, out_dtype):
+  lhs, rhs = _same_input_dtype(lhs, rhs)
+  return ragged_m_p.bind(lhs, rhs, group_sizes, group_offset,
+                         rhs_transposed=bool(rhs_transposed), out_dtype=jnp.dtype(out_dtype))
+
+
+def ragged_k(lhs, rhs, group_sizes, group_offset, *, num_groups: int, out_dtype):
+  lhs, rhs = _same_input_dtype(lhs, rhs)
+  return ragged_k_p.bind(lhs, rhs, group_sizes, group_offset,
+                         num_groups=int(num_groups), out_dtype=jnp.dtype(out_dtype))
+
+
+# --- shapes -------------------------------------------------------------------
+
+def _ragged_m_out_shape(lhs_shape, rhs_shape, rhs_transposed):
+  batch, rows, _ = lhs_shape
+  return (batch, rows, rhs_shape[2] if rhs_transposed else rhs_shape[3])
+
+
+def _ragged_k_out_shape(lhs_shape, rhs_shape, num_groups):
+  batch, _, p = lhs_shape
+  return (num_groups, batch, p, rhs_shape[2])
+
+
+def _ragged_m_abstract_eval(lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dtype):
+  return jax.core.ShapedArray(_ragged_m_out_shape(lhs.shape, rhs.shape, rhs_transposed), out_dtype)
+
+
+def _ragged_k_abstract_eval(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype):
+  return jax.core.ShapedArray(_ragged_k_out_shape(lhs.shape, rhs.shape, num_groups), out_dtype)
+
+
+# --- lowering: one custom call, workspace sized here from static shapes -------
+
+def _call_target(target, op, out_shape, out_dtype, batch, num_groups, operands, **attrs):
+  workspace = _native.workspace_bytes(op, batch, num_groups)
+  out, _ = jax.ffi.ffi_call(
+      target,
+      (jax.ShapeDtypeStruct(out_shape, out_dtype), jax.ShapeDtypeStruct((workspace,), jnp.uint8)),
+  )(*operands, **attrs)
+  return out
+
+
+def _ragged_m_ffi(lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dtype):
+  return _call_target(
+      _native.RAGGED_M_TARGET, "ragged_m",
+      _ragged_m_out_shape(lhs.shape, rhs.shape, rhs_transposed), out_dtype,
+      lhs.shape[0], rhs.shape[0], (lhs, rhs, group_sizes, group_offset),
+      rhs_transposed=bool(rhs_transposed))
+
+
+def _ragged_k_ffi(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype):
+  return _call_target(
+      _native.RAGGED_K_TARGET, "ragged_k",
+      _ragged_k_out_shape(lhs.shape, rhs.shape, num_groups), out_dtype,
+      lhs.shape[0], num_groups, (lhs, rhs, group_sizes, group_offset))
+
+
+# --- differentiation ----------------------------------------------------------
+
+def _bilinear_jvp(primitive):
+  def jvp(primals, tangents, **params):
+    lhs, rhs, group_sizes, group_offset = primals
+    d_lhs, d_rhs = tangents[0], tangents[1]
+    out = primitive.bind(*primals, **params)
+    terms = []
+    if type(d_lhs) is not ad.Zero:
+      terms.append(primitive.bind(d_lhs, rhs, group_sizes, group_offset, **params))
+    if type(d_rhs) is not ad.Zero:
+      terms.append(primitive.bind(lhs, d_rhs, group_sizes, group_offset, **params))
+    if not terms:
+      return out, ad.Zero.from_primal_value(out)
+    return out, terms[0] if len(terms) == 1 else terms[0] + terms[1]
+  return jvp
+
+
+def _ragged_m_transpose(ct, lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dtype):
+  # out[b, m] = lhs[b, m] . rhs[g(m), b]
+  if type(ct) is ad.Zero:
+    return None, None, None, None
+  lhs_bar = rhs_bar = None
+  if ad.is_undefined_primal(lhs):  # dgrad: the same weights, read the other way round
+    lhs_bar = ragged_m(ct, rhs, group_sizes, group_offset,
+                       rhs_transposed=not rhs_transposed, out_dtype=lhs.aval.dtype)
+  if ad.is_undefined_primal(rhs):  # wgrad: ragged contraction over the tokens
+    num_groups = rhs.aval.shape[0]
+    a, b = (ct, lhs) if rhs_transposed else (lhs, ct)
+    rhs_bar = ragged_k(a, b, group_sizes, group_offset, num_groups=num_groups,
+                       out_dtype=rhs.aval.dtype)
+  return lhs_bar, rhs_bar, None, None
+
+
+def _ragged_k_transpose(ct, lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype):
+  # out[g, b] = lhs[b, rows of g]^T . rhs[b, rows of g]
+  if type(ct) is ad.Zero:
+    return None, None, None, None
+  lhs_bar = rhs_bar = None
+  if ad.is_undefined_primal(lhs):  # [B, R, N] . ct[g]^T -> [B, R, P]
+    lhs_bar = ragged_m(rhs, ct, group_sizes, group_offset, rhs_transposed=True,
+                       out_dtype=lhs.aval.dtype)
+  if ad.is_undefined_primal(rhs):  # [B, R, P] . ct[g] -> [B, R, N]
+    rhs_bar = ragged_m(lhs, ct, group_sizes, group_offset, rhs_transposed=False,
+                       out_dtype=rhs.aval.dtype)
+  return lhs_bar, rhs_bar, None, None
+
+
+# --- batching: fold the vmapped axis into the kernels' batch dimension --------
+
+def _fold_into(x, bdim, size, axis):
+  """Moves (or broadcasts) the vmapped axis to `axis` and merges it with the next one."""
+  if bdim is batching.not_mapped:
+    x = jnp.broadcast_to(jnp.expand_dims(x, axis), x.shape[:axis] + (size,) + x.shape[axis:])
+  else:
+    x = jnp.moveaxis(x, bdim, axis)
+  return x.reshape(x.shape[:axis] + (x.shape[axis] * x.shape[axis + 1],) + x.shape[axis + 2:])
+
+
+def _unmapped_size(x, bdim, axis):
+  """Size of axis `axis` of x as the primitive sees it (without the vmapped axis)."""
+  mapped_before = bdim is not batching.not_mapped and bdim <= axis
+  return x.shape[axis + 1 if mapped_before else axis]
+
+
+def _batch_by_loop(primitive, args, dims, params):
+  """A vmapped group_offset cannot fold into one call: one call per element."""
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
+  args = [jnp.moveaxis(a, d, 0) if d is not batching.not_mapped else
+          jnp.broadcast_to(a, (size,) + a.shape) for a, d in zip(args, dims)]
+  return jax.lax.map(lambda xs: primitive.bind(*xs, **params), tuple(args)), 0
+
+
+def _ragged_m_batch(args, dims, *, rhs_transposed, out_dtype):
+  params = dict(rhs_transposed=rhs_transposed, out_dtype=out_dtype)
+  if dims[3] is not batching.not_mapped:
+    return _batch_by_loop(ragged_m_p, args, dims, params)
+  lhs, rhs, group_sizes, group_offset = args
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
+  out = ragged_m_p.bind(_fold_into(lhs, dims[0], size, 0), _fold_into(rhs, dims[1], size, 1),
+                        _fold_into(group_sizes, dims[2], size, 0), group_offset, **params)
+  return out.reshape((size, _unmapped_size(lhs, dims[0], 0)) + out.shape[1:]), 0
+
+
+def _ragged_k_batch(args, dims, *, num_groups, out_dtype):
+  params = dict(num_groups=num_groups, out_dtype=out_dtype)
+  if dims[3] is not batching.not_mapped:
+    return _batch_by_loop(ragged_k_p, args, dims, params)
+  lhs, rhs, group_sizes, group_offset = args
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
+  out = ragged_k_p.bind(_fold_into(lhs, dims[0], size, 0), _fold_into(rhs, dims[1], size, 0),
+                        _fold_into(group_sizes, dims[2], size, 0), group_offset, **params)
+  return out.reshape(out.shape[:1] + (size, _unmapped_size(lhs, dims[0], 0)) + out.shape[2:]), 1
+
+
+for _primitive, _abstract_eval, _ffi, _transpose, _batch in (
+    (ragged_m_p, _ragged_m_abstract_eval, _ragged_m_ffi, _ragged_m_transpose, _ragged_m_batch),
+    (ragged_k_p, _ragged_k_abstract_eval, _ragged_k_ffi, _ragged_k_transpose, _ragged_k_batch),
+):
+  _primitive.def_impl(_ffi)
+  _primitive.def_abstract_eval(_abstract_eval)
+  mlir.register_lowering(_primitive, mlir.lower_fun(_ffi, multiple_results=False))
+  ad.primitive_jvps[_primitive] = _bilinear_jvp(_primitive)
+  ad.primitive_transposes[_primitive] = _transpose
+  batching.primitive_batchers[_primitive] = _batch

@@ -1,0 +1,14 @@
+// The XLA FFI handlers of the plugin. Target names (with their version) are
+// given to them in python_module.cc; one handler per op and platform.
+#ifndef JGG_XLA_PLUGIN_FFI_HANDLERS_H_
+#define JGG_XLA_PLUGIN_FFI_HANDLERS_H_
+
+#include "xla/ffi/api/ffi.h"
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggRaggedMCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggRaggedKCpu);
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggRaggedMCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggRaggedKCuda);
+
+#endif  // JGG_XLA_PLUGIN_FFI_HANDLERS_H_
