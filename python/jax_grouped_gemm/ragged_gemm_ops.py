@@ -30,6 +30,8 @@ SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(j
 
 _native.register_targets()
 
+NOT_MAPPED = None  # how batching rules receive an argument without the vmapped axis
+
 ragged_m_p = jex_core.Primitive("jgg_ragged_m")
 ragged_k_p = jex_core.Primitive("jgg_ragged_k")
 
@@ -152,7 +154,7 @@ def _ragged_k_transpose(ct, lhs, rhs, group_sizes, group_offset, *, num_groups, 
 
 def _fold_into(x, bdim, size, axis):
   """Moves (or broadcasts) the vmapped axis to `axis` and merges it with the next one."""
-  if bdim is batching.not_mapped:
+  if bdim is NOT_MAPPED:
     x = jnp.broadcast_to(jnp.expand_dims(x, axis), x.shape[:axis] + (size,) + x.shape[axis:])
   else:
     x = jnp.moveaxis(x, bdim, axis)
@@ -161,24 +163,24 @@ def _fold_into(x, bdim, size, axis):
 
 def _unmapped_size(x, bdim, axis):
   """Size of axis `axis` of x as the primitive sees it (without the vmapped axis)."""
-  mapped_before = bdim is not batching.not_mapped and bdim <= axis
+  mapped_before = bdim is not NOT_MAPPED and bdim <= axis
   return x.shape[axis + 1 if mapped_before else axis]
 
 
 def _batch_by_loop(primitive, args, dims, params):
   """A vmapped group_offset cannot fold into one call: one call per element."""
-  size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
-  args = [jnp.moveaxis(a, d, 0) if d is not batching.not_mapped else
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
+  args = [jnp.moveaxis(a, d, 0) if d is not NOT_MAPPED else
           jnp.broadcast_to(a, (size,) + a.shape) for a, d in zip(args, dims)]
   return jax.lax.map(lambda xs: primitive.bind(*xs, **params), tuple(args)), 0
 
 
 def _ragged_m_batch(args, dims, *, rhs_transposed, out_dtype):
   params = dict(rhs_transposed=rhs_transposed, out_dtype=out_dtype)
-  if dims[3] is not batching.not_mapped:
+  if dims[3] is not NOT_MAPPED:
     return _batch_by_loop(ragged_m_p, args, dims, params)
   lhs, rhs, group_sizes, group_offset = args
-  size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
   out = ragged_m_p.bind(_fold_into(lhs, dims[0], size, 0), _fold_into(rhs, dims[1], size, 1),
                         _fold_into(group_sizes, dims[2], size, 0), group_offset, **params)
   return out.reshape((size, _unmapped_size(lhs, dims[0], 0)) + out.shape[1:]), 0
@@ -186,10 +188,10 @@ def _ragged_m_batch(args, dims, *, rhs_transposed, out_dtype):
 
 def _ragged_k_batch(args, dims, *, num_groups, out_dtype):
   params = dict(num_groups=num_groups, out_dtype=out_dtype)
-  if dims[3] is not batching.not_mapped:
+  if dims[3] is not NOT_MAPPED:
     return _batch_by_loop(ragged_k_p, args, dims, params)
   lhs, rhs, group_sizes, group_offset = args
-  size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
   out = ragged_k_p.bind(_fold_into(lhs, dims[0], size, 0), _fold_into(rhs, dims[1], size, 0),
                         _fold_into(group_sizes, dims[2], size, 0), group_offset, **params)
   return out.reshape(out.shape[:1] + (size, _unmapped_size(lhs, dims[0], 0)) + out.shape[2:]), 1

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "xla_plugin/common/debug_poison.h"
 #include "xla_plugin/ffi/handlers.h"
 #include "xla_plugin/ffi/ragged_decode.h"
 #include "xla_plugin/kernels/cuda/ragged_dot_cuda.h"
@@ -17,12 +18,20 @@ ffi::Error FromCuda(cudaError_t status, const char* what) {
   return ffi::Error::Internal(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
+// cudaMemsetAsync is a memset node in a captured graph: poisoning keeps the
+// handler command-buffer compatible.
+cudaError_t MaybePoison(ffi::Result<ffi::AnyBuffer>& out, cudaStream_t stream) {
+  if (!PoisonOutputs()) return cudaSuccess;
+  return cudaMemsetAsync(out->untyped_data(), kPoisonByte, out->size_bytes(), stream);
+}
+
 ffi::Error RaggedMCuda(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer rhs,
                        ffi::Buffer<ffi::S32> group_sizes, ffi::Buffer<ffi::S32> group_offset,
                        ffi::Result<ffi::AnyBuffer> out,
                        ffi::Result<ffi::Buffer<ffi::U8>> workspace, bool rhs_transposed) {
   auto call = DecodeRaggedM(lhs, rhs, group_sizes, group_offset, out, workspace, rhs_transposed);
   if (call.has_error()) return call.error();
+  if (auto e = FromCuda(MaybePoison(out, stream), "poison"); e.failure()) return e;
   return FromCuda(cuda::LaunchRaggedM(call->problem, call->operands, stream), "ragged_m launch");
 }
 
@@ -32,6 +41,7 @@ ffi::Error RaggedKCuda(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer r
                        ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   auto call = DecodeRaggedK(lhs, rhs, group_sizes, group_offset, out, workspace);
   if (call.has_error()) return call.error();
+  if (auto e = FromCuda(MaybePoison(out, stream), "poison"); e.failure()) return e;
   return FromCuda(cuda::LaunchRaggedK(call->problem, call->operands, stream), "ragged_k launch");
 }
 

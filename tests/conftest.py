@@ -1,0 +1,29 @@
+"""Test configuration shared by every test module.
+
+Outputs are poisoned (NaN) by the handlers before each kernel runs
+(JGG_POISON_OUTPUTS, read by the native module), so an element a kernel
+forgets to write fails the comparison. Must be set before the first call.
+"""
+
+import os
+
+os.environ.setdefault("JGG_POISON_OUTPUTS", "1")
+
+import hypothesis  # noqa: E402
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+hypothesis.settings.register_profile(
+    "default", deadline=None, print_blob=True,
+    max_examples=int(os.environ.get("JGG_HYPOTHESIS_EXAMPLES", "25")))
+hypothesis.settings.load_profile("default")
+
+
+def has_gpu() -> bool:
+  try:
+    return bool(jax.devices("gpu"))
+  except RuntimeError:
+    return False
+
+
+requires_gpu = pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU")
