@@ -1,0 +1,127 @@
+"""The benchmark's named shapes and its harness, end to end on a tiny shape (CPU, seconds).
+
+The GPU numbers come from `python3 -m tools.bench.grouped_gemm_bench` on the
+device; here the shapes are checked against SPEC section 8 and the harness is
+run with the JAX competitors only (Pallas Mosaic GPU is n/a on the CPU), with
+a worker made to die mid-measurement to show the run carries on past it.
+"""
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools.bench
+
+from tools.bench import grouped_gemm_bench, report  # noqa: E402
+from tools.bench import shapes as shapes_lib  # noqa: E402
+from tools.bench import worker_protocol as wp  # noqa: E402
+
+SPEC_ANCHORS = {  # SPEC section 8: M (tokens x top-k), K (hidden), N (ffn), G (experts)
+    "mixtral": (16384, 4096, 14336, 8),
+    "deepseek-ep8": (32768, 7168, 2048, 32),
+    "qwen3-30b": (65536, 2048, 768, 128),
+    "decode": (256, 4096, 1536, 64),
+}
+
+
+def test_anchor_shapes_match_the_spec():
+  table = {s.name: s for s in shapes_lib.ANCHOR_SHAPES}
+  assert len(table) == len(shapes_lib.ANCHOR_SHAPES), "names must be unique"
+  for name, dims in SPEC_ANCHORS.items():
+    assert table[name].dims == dims
+    assert table[name].routing == "uniform"
+  for name in ("mixtral", "deepseek-ep8", "qwen3-30b"):
+    zipf = table[f"{name}-zipf"]
+    assert zipf.dims == table[name].dims and zipf.routing == "zipf"
+  assert table["decode"].bound == "weight_bandwidth"
+  assert {s.bound for s in shapes_lib.ANCHOR_SHAPES if s.name != "decode"} == {"compute"}
+
+
+@pytest.mark.parametrize("shape", shapes_lib.ANCHOR_SHAPES, ids=lambda s: s.name)
+def test_group_sizes_are_valid_and_deterministic(shape):
+  sizes = shape.group_sizes()
+  assert sizes.dtype == np.int32 and sizes.shape == (shape.experts,)
+  assert sizes.min() >= 0 and int(sizes.sum()) == shape.tokens
+  np.testing.assert_array_equal(sizes, shape.group_sizes())
+  assert shape.flops() == 2 * shape.tokens * shape.hidden * shape.ffn
+  assert shape.weight_bytes() == shape.experts * shape.hidden * shape.ffn * 2
+
+
+def test_zipf_routing_is_skewed_and_uniform_is_balanced():
+  for name in ("mixtral", "deepseek-ep8", "qwen3-30b"):
+    uniform, zipf = shapes_lib.by_name([name, f"{name}-zipf"])
+    even = uniform.tokens / uniform.experts
+    u, z = uniform.group_sizes(), zipf.group_sizes()
+    assert np.abs(u - even).max() < 0.25 * even, "a balanced router jitters a little"
+    assert z.max() > 3 * even, "the hottest Zipf expert takes several times its share"
+  # The hottest of 8 Zipf(1.2) experts gets about 43% of the rows (shapes.py says so).
+  mixtral_zipf = shapes_lib.by_name(["mixtral-zipf"])[0]
+  assert 0.38 < mixtral_zipf.group_sizes().max() / mixtral_zipf.tokens < 0.48
+
+
+def test_operand_shapes_per_pass():
+  s = shapes_lib.GroupedGemmShape("t", 10, 3, 5, 2)
+  assert shapes_lib.operand_shapes(s, "fwd") == ((10, 3), (2, 3, 5), (10, 5))
+  assert shapes_lib.operand_shapes(s, "dgrad") == ((10, 5), (2, 3, 5), (10, 3))
+  assert shapes_lib.operand_shapes(s, "wgrad") == ((10, 3), (10, 5), (2, 3, 5))
+  with pytest.raises(ValueError, match="pass"):
+    shapes_lib.operand_shapes(s, "bwd")
+
+
+def test_bad_names_and_fields_raise():
+  with pytest.raises(ValueError, match="unknown"):
+    shapes_lib.by_name(["mixtral", "llama"])
+  with pytest.raises(ValueError, match="routing"):
+    shapes_lib.GroupedGemmShape("t", 8, 8, 8, 2, routing="powerlaw")
+  with pytest.raises(ValueError, match="experts"):
+    shapes_lib.GroupedGemmShape("t", 8, 8, 8, 0)
+
+
+def test_plan_round_trips_and_slow_competitors_get_fewer_runs():
+  plan = wp.Plan(shapes=shapes_lib.by_name(["decode"]), passes=["fwd"],
+                 competitors=["ours", "torch", "copy_jax"], skip=["decode|fwd|ours"])
+  again = wp.Plan.from_json(plan.to_json())
+  assert again == plan
+  assert again.tasks("jax") == ["copy|-|copy_jax", "decode|fwd|ours"]
+  assert again.tasks("torch") == ["decode|fwd|torch"]
+  assert wp.runs_within_budget(plan, 0.01) == 20  # 20 x 10 ms fits the 2 s budget
+  assert wp.runs_within_budget(plan, 0.5) == 4
+  assert wp.runs_within_budget(plan, 30.0) == 3  # never fewer than min_runs
+
+
+def test_harness_runs_end_to_end_on_cpu(tmp_path):
+  """Tiny shape, JAX competitors, --check; one worker dies mid-measurement and is replaced."""
+  tiny = [shapes_lib.GroupedGemmShape("tiny", 96, 64, 128, 4, seed=3),
+          shapes_lib.GroupedGemmShape("tiny-zipf", 96, 64, 128, 4, routing="zipf", seed=3)]
+  crash_key = "tiny|dgrad|lax"
+  os.environ[wp.CRASH_AT_ENV] = crash_key
+  try:
+    text = grouped_gemm_bench.run_benchmark(
+        shapes=tiny, competitors=["ours", "lax", "pallas", "dense_jax", "copy_jax"],
+        out_dir=tmp_path, quick=True, check=True, copy_gib=1 / 1024, task_timeout_s=120)
+  finally:
+    del os.environ[wp.CRASH_AT_ENV]
+
+  summary = json.loads((tmp_path / "results.json").read_text())
+  assert (tmp_path / "chart.png").stat().st_size > 1000
+  assert (tmp_path / "results.md").read_text() == text
+  rows = report.rows_by_key(summary)
+  assert set(rows) == {(s.name, p) for s in tiny for p in shapes_lib.PASSES}
+  for (shape, pass_name), row in rows.items():
+    for competitor in ("ours", "dense_jax"):
+      assert math.isfinite(row["tflops"][competitor]) and row["tflops"][competitor] > 0
+    assert row["check_rel_err"] is not None and row["check_rel_err"] < report.CHECK_TOLERANCE
+    assert row["ratios"]["ours/dense"] > 0
+    assert "Only interpret mode is supported" in row["errors"]["pallas"]  # n/a, with why
+    if (shape, pass_name) == ("tiny", "dgrad"):
+      assert f"code {wp.CRASH_EXIT_CODE}" in row["errors"]["lax"]
+    else:
+      assert row["tflops"]["lax"] > 0
+  assert summary["ceilings"]["copy_bytes_per_second"] > 0
+  assert "| tiny | fwd |" in text and "n/a (ValueError: Only interpret mode" in text
+  assert text.count("\n| tiny") == 6
