@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "xla_plugin/common/mxfp8_layout.h"
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/ffi/handlers.h"
 
@@ -20,6 +21,8 @@ namespace {
 // old exported artifact fails to find its target instead of misbehaving.
 constexpr const char kRaggedMTarget[] = "jgg_ragged_m_v1";
 constexpr const char kRaggedKTarget[] = "jgg_ragged_k_v1";
+constexpr const char kMxfp8QuantizeTarget[] = "jgg_mxfp8_quantize_v1";
+constexpr const char kMxfp8DequantizeTarget[] = "jgg_mxfp8_dequantize_v1";
 
 nb::capsule Capsule(XLA_FFI_Handler* handler) {
   return nb::capsule(reinterpret_cast<void*>(handler));
@@ -29,12 +32,16 @@ nb::dict Registrations() {
   nb::dict cpu;
   cpu[kRaggedMTarget] = Capsule(JggRaggedMCpu);
   cpu[kRaggedKTarget] = Capsule(JggRaggedKCpu);
+  cpu[kMxfp8QuantizeTarget] = Capsule(JggMxfp8QuantizeCpu);
+  cpu[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeCpu);
   nb::dict platforms;
   platforms["cpu"] = cpu;
 #ifdef JGG_WITH_CUDA
   nb::dict cuda;
   cuda[kRaggedMTarget] = Capsule(JggRaggedMCuda);
   cuda[kRaggedKTarget] = Capsule(JggRaggedKCuda);
+  cuda[kMxfp8QuantizeTarget] = Capsule(JggMxfp8QuantizeCuda);
+  cuda[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeCuda);
   platforms["CUDA"] = cuda;
 #endif
   return platforms;
@@ -44,6 +51,15 @@ int64_t WorkspaceBytes(const std::string& op, int64_t batch, int64_t num_local_g
   if (batch < 0 || num_local_groups < 0) throw std::invalid_argument("negative dimension");
   if (op == "ragged_m" || op == "ragged_k") return jgg::RaggedWorkspaceBytes(batch, num_local_groups);
   throw std::invalid_argument("workspace_bytes: unknown op '" + op + "'");
+}
+
+// Bytes of one orientation's MXFP8 scale buffer (worst case over group sizes): the formula the
+// handlers check against (common/mxfp8_layout.h).
+int64_t Mxfp8ScaleBytes(int32_t layout, int64_t num_groups, int64_t rows, int64_t cols) {
+  if (layout < 0 || layout > 3) throw std::invalid_argument("mxfp8_scale_bytes: unknown layout");
+  if (num_groups < 0 || rows < 0 || cols < 0) throw std::invalid_argument("negative dimension");
+  return jgg::mxfp8::ScaleBufferBytes(
+      {static_cast<jgg::mxfp8::GroupedLayout>(layout), num_groups, rows, cols});
 }
 
 }  // namespace
@@ -56,6 +72,12 @@ NB_MODULE(_jgg_native, m) {
         nb::arg("num_local_groups"), "Scratch bytes one call of `op` needs.");
   m.attr("RAGGED_M_TARGET") = kRaggedMTarget;
   m.attr("RAGGED_K_TARGET") = kRaggedKTarget;
+  m.def("mxfp8_scale_bytes", &Mxfp8ScaleBytes, nb::arg("layout"), nb::arg("num_groups"),
+        nb::arg("rows"), nb::arg("cols"),
+        "Bytes of one orientation's MXFP8 scale buffer (layout: 0 same dims, 1 varying first, "
+        "2 varying last, 3 varying both).");
+  m.attr("MXFP8_QUANTIZE_TARGET") = kMxfp8QuantizeTarget;
+  m.attr("MXFP8_DEQUANTIZE_TARGET") = kMxfp8DequantizeTarget;
 #ifdef JGG_WITH_CUDA
   m.attr("cuda_built") = true;
 #else
