@@ -8,6 +8,10 @@ forgets to write fails the comparison. Must be set before the first call.
 import os
 
 os.environ.setdefault("JGG_POISON_OUTPUTS", "1")
+# 8 CPU devices for the sharding tests (a 2x4 mesh); read when jax initializes.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                             + " --xla_force_host_platform_device_count=8").strip()
 
 import hypothesis  # noqa: E402
 import jax  # noqa: E402

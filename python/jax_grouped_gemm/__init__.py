@@ -9,6 +9,8 @@ from jax_grouped_gemm.ragged_dot import (
     ragged_dot,
     ragged_dot_general,
 )
+# Imported for its effect: the ops' lowerings partition under jit with sharded inputs.
+from jax_grouped_gemm import partitioning  # noqa: E402,F401
 
 __all__ = ["RaggedDotDimensionNumbers", "ragged_dot", "ragged_dot_general"]
 __version__ = "0.1.0"
