@@ -2,6 +2,13 @@
 // at lowering time (Python asks the native module through workspace_bytes),
 // and handed to the handler as an extra u8 result: a CUDA handler never
 // allocates, so it stays capturable in a command buffer.
+//
+// Layout (each region 256-byte aligned):
+//   [ schedules: one RaggedSchedule per batch entry                          ]
+//   [ problem arrays: per (group, batch) problem shape, pointers and strides  ]
+//   [ CUTLASS kernel workspace (per-SM TMA descriptor copies)                 ]
+// The last two serve only the tensor-core CUDA path; the size is the same on
+// every platform so that one lowering (and one exported artifact) fits all.
 #ifndef JGG_XLA_PLUGIN_COMMON_WORKSPACE_H_
 #define JGG_XLA_PLUGIN_COMMON_WORKSPACE_H_
 
@@ -11,10 +18,26 @@
 
 namespace jgg {
 
+inline constexpr int64_t kWorkspaceAlignment = 256;
+// Upper bound of what one grouped problem's CUTLASS arguments take: shape
+// (3 x int32), four pointers, four strides (at most 3 x int64 each).
+inline constexpr int64_t kProblemArgumentBytes = 192;
+// Upper bound of CUTLASS's own grouped-GEMM workspace: 512 B of TMA
+// descriptors per SM (67,584 B measured at 132 SMs), for up to 1024 SMs.
+inline constexpr int64_t kCutlassWorkspaceBytes = 512 * 1024;
+
+JGG_HOST_DEVICE inline int64_t AlignUp(int64_t bytes) {
+  return CeilDiv(bytes, kWorkspaceAlignment) * kWorkspaceAlignment;
+}
+
 // One RaggedSchedule per batch entry: row_begin then tile_begin, each
 // num_local_groups + 1 int64 values.
 JGG_HOST_DEVICE inline int64_t ScheduleWords(int64_t num_local_groups) {
   return 2 * (num_local_groups + 1);
+}
+
+JGG_HOST_DEVICE inline int64_t ScheduleBytes(int64_t batch, int64_t num_local_groups) {
+  return AlignUp(batch * ScheduleWords(num_local_groups) * static_cast<int64_t>(sizeof(int64_t)));
 }
 
 JGG_HOST_DEVICE inline RaggedSchedule ScheduleOfBatch(void* workspace, int64_t batch,
@@ -23,8 +46,22 @@ JGG_HOST_DEVICE inline RaggedSchedule ScheduleOfBatch(void* workspace, int64_t b
   return {base, base + num_local_groups + 1};
 }
 
+JGG_HOST_DEVICE inline int64_t ProblemArgumentsBytes(int64_t batch, int64_t num_local_groups) {
+  return AlignUp(batch * num_local_groups * kProblemArgumentBytes);
+}
+
+inline char* ProblemArgumentsRegion(void* workspace, int64_t batch, int64_t num_local_groups) {
+  return static_cast<char*>(workspace) + ScheduleBytes(batch, num_local_groups);
+}
+
+inline char* CutlassWorkspaceRegion(void* workspace, int64_t batch, int64_t num_local_groups) {
+  return ProblemArgumentsRegion(workspace, batch, num_local_groups) +
+         ProblemArgumentsBytes(batch, num_local_groups);
+}
+
 inline int64_t RaggedWorkspaceBytes(int64_t batch, int64_t num_local_groups) {
-  return batch * ScheduleWords(num_local_groups) * static_cast<int64_t>(sizeof(int64_t));
+  return ScheduleBytes(batch, num_local_groups) + ProblemArgumentsBytes(batch, num_local_groups) +
+         kCutlassWorkspaceBytes;
 }
 
 }  // namespace jgg

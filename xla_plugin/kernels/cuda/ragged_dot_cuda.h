@@ -1,7 +1,8 @@
 // CUDA launchers for the two canonical ragged GEMMs (common/ragged_problem.h).
 // Everything they need from the device (group sizes, group offset) is read by
 // device code only: no host reads, no syncs, no allocations, so a launch can
-// be captured in a CUDA graph and replayed with new group sizes.
+// be captured in a CUDA graph and replayed with new group sizes. Batch and
+// group counts up to 65535, dimensions below 2^31.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_DOT_CUDA_H_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_DOT_CUDA_H_
 
@@ -10,9 +11,6 @@
 #include "xla_plugin/common/ragged_problem.h"
 
 namespace jgg::cuda {
-
-// Largest batch (grid z) the launchers accept.
-constexpr int64_t kMaxBatch = 65535;
 
 cudaError_t LaunchRaggedM(const RaggedMProblem& problem, const RaggedOperands& operands,
                           cudaStream_t stream);

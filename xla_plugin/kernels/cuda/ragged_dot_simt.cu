@@ -1,14 +1,15 @@
 // Portable CUDA kernels for the ragged GEMMs: correct for every shape, dtype
-// and group-size pattern, f32 accumulation in FFMA. They are the reference
-// CUDA path (and the fallback for shapes the tensor-core kernels cannot take);
-// the Hopper tensor-core kernels live in their own files.
-#include "xla_plugin/kernels/cuda/ragged_dot_cuda.h"
+// and group-size pattern, f32 accumulation in FFMA. They are the fallback for
+// what the tensor-core path does not take (f32 inputs, unaligned K/N, other
+// GPUs) and the reference the tensor-core path is tested against on the GPU.
+#include "xla_plugin/kernels/cuda/ragged_dot_simt.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "xla_plugin/common/ragged_layout.h"
 #include "xla_plugin/common/workspace.h"
+#include "xla_plugin/kernels/cuda/ragged_schedule.h"
 
 namespace jgg::cuda {
 namespace {
@@ -25,17 +26,6 @@ template <typename O> __device__ inline O FromFloat(float v);
 template <> __device__ inline float FromFloat<float>(float v) { return v; }
 template <> __device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ inline __half FromFloat<__half>(float v) { return __float2half_rn(v); }
-
-// One thread per batch entry: turns device group sizes into the row and tile
-// boundaries of the local groups (a few microseconds for hundreds of groups).
-__global__ void ScheduleKernel(const int32_t* group_sizes, const int32_t* group_offset,
-                               int64_t num_global_groups, int64_t num_local_groups,
-                               int64_t rows, void* workspace) {
-  const int64_t b = blockIdx.x;
-  ComputeRaggedSchedule(group_sizes + b * num_global_groups, num_global_groups,
-                        group_offset == nullptr ? 0 : *group_offset, num_local_groups, rows,
-                        kTileM, ScheduleOfBatch(workspace, b, num_local_groups));
-}
 
 // acc[i][j] covers row ty + 16 i, column tx + 16 j of the tile.
 struct Accumulator {
@@ -187,20 +177,12 @@ cudaError_t DispatchTypes(ElementType in, ElementType out, Fn fn) {
   return cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchSchedule(int64_t batch, int64_t num_global_groups, int64_t num_local_groups,
-                           int64_t rows, const RaggedOperands& o, cudaStream_t stream) {
-  ScheduleKernel<<<batch, 1, 0, stream>>>(o.group_sizes, o.group_offset, num_global_groups,
-                                           num_local_groups, rows, o.workspace);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
-cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cudaStream_t stream) {
-  if (p.batch == 0 || p.rows == 0 || p.n == 0) return cudaSuccess;
-  if (p.batch > kMaxBatch) return cudaErrorInvalidValue;
-  if (cudaError_t e = LaunchSchedule(p.batch, p.num_global_groups, p.num_local_groups, p.rows, o,
-                                     stream); e != cudaSuccess) return e;
+cudaError_t LaunchRaggedMSimt(const RaggedMProblem& p, const RaggedOperands& o,
+                              cudaStream_t stream) {
+  if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
+                                           p.rows, kTileM, o, stream); e != cudaSuccess) return e;
   const int64_t slots = MaxGroupTiles(p.rows, p.num_local_groups, kTileM) +
                         MaxUncoveredTiles(p.rows, kTileM);
   const dim3 grid(static_cast<unsigned>(slots * CeilDiv(p.n, kTileN)), 1,
@@ -221,11 +203,10 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
   });
 }
 
-cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cudaStream_t stream) {
-  if (p.batch == 0 || p.num_local_groups == 0 || p.p == 0 || p.n == 0) return cudaSuccess;
-  if (p.batch > kMaxBatch || p.num_local_groups > 65535) return cudaErrorInvalidValue;
-  if (cudaError_t e = LaunchSchedule(p.batch, p.num_global_groups, p.num_local_groups, p.rows, o,
-                                     stream); e != cudaSuccess) return e;
+cudaError_t LaunchRaggedKSimt(const RaggedKProblem& p, const RaggedOperands& o,
+                              cudaStream_t stream) {
+  if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
+                                           p.rows, kTileM, o, stream); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.p, kTileM) * CeilDiv(p.n, kTileN)),
                   static_cast<unsigned>(p.num_local_groups), static_cast<unsigned>(p.batch));
   return DispatchTypes(p.in_type, p.out_type, [&](auto t, auto u) {

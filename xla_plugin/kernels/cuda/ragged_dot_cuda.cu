@@ -1,0 +1,114 @@
+// Chooses the kernel for each ragged GEMM call: the Hopper tensor-core path
+// (CUTLASS SM90 grouped GEMM) where it applies, the SIMT kernels elsewhere.
+// The choice depends only on static shapes, dtypes, pointer alignment and the
+// device, never on device data, so it is the same for every replay of a
+// captured command buffer.
+#include "xla_plugin/kernels/cuda/ragged_dot_cuda.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "xla_plugin/common/workspace.h"
+#include "xla_plugin/kernels/cuda/ragged_dot_simt.h"
+#include "xla_plugin/kernels/cuda/ragged_schedule.h"
+#include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
+
+namespace jgg::cuda {
+namespace {
+
+constexpr int64_t kMaxGridYZ = 65535;
+constexpr int64_t kMaxInt32 = 2147483647;
+constexpr int kMaxDevices = 64;
+
+struct DeviceInfo {
+  int device;
+  int sm_count;
+  bool hopper;  // compute capability 9.x: wgmma and TMA
+};
+
+// Attributes are host queries (no stream work), cached per device ordinal.
+cudaError_t QueryDevice(DeviceInfo* info) {
+  static std::atomic<int> sm_count[kMaxDevices], major[kMaxDevices];
+  if (cudaError_t e = cudaGetDevice(&info->device); e != cudaSuccess) return e;
+  const int d = info->device;
+  if (d >= kMaxDevices) return cudaErrorInvalidDevice;
+  if (sm_count[d].load() == 0) {
+    int sms = 0, cc = 0;
+    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d);
+        e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, d);
+        e != cudaSuccess) return e;
+    major[d].store(cc);
+    sm_count[d].store(sms);
+  }
+  info->sm_count = sm_count[d].load();
+  info->hopper = major[d].load() == 9;
+  return cudaSuccess;
+}
+
+// JGG_CUDA_KERNELS=simt forces the SIMT kernels (to test one path against the other).
+bool TensorCorePathEnabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("JGG_CUDA_KERNELS");
+    return value == nullptr || std::strcmp(value, "simt") != 0;
+  }();
+  return enabled;
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// TMA needs 16-byte aligned base pointers and leading dimensions; each group's
+// first row is then aligned too when the row length is a multiple of 8 bf16.
+bool TensorCoreFriendly(const DeviceInfo& info, ElementType in, ElementType out,
+                        const RaggedOperands& o, int64_t row_length_a, int64_t row_length_b,
+                        int64_t num_problems) {
+  return TensorCorePathEnabled() && info.hopper && in == ElementType::kBF16 &&
+         out == ElementType::kBF16 && row_length_a % 8 == 0 && row_length_b % 8 == 0 &&
+         Aligned16(o.lhs) && Aligned16(o.rhs) && Aligned16(o.out) && num_problems <= kMaxGridYZ;
+}
+
+sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
+                               int64_t groups, cudaStream_t stream) {
+  return {info.device, info.sm_count, ProblemArgumentsRegion(o.workspace, batch, groups),
+          CutlassWorkspaceRegion(o.workspace, batch, groups), stream};
+}
+
+}  // namespace
+
+cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cudaStream_t stream) {
+  if (p.batch == 0 || p.rows == 0 || p.n == 0) return cudaSuccess;
+  if (p.batch > kMaxGridYZ || p.rows > kMaxInt32 || p.k > kMaxInt32 || p.n > kMaxInt32)
+    return cudaErrorInvalidConfiguration;
+  DeviceInfo info;
+  if (cudaError_t e = QueryDevice(&info); e != cudaSuccess) return e;
+  if (p.k == 0 || !TensorCoreFriendly(info, p.in_type, p.out_type, o, p.k, p.n,
+                                      p.batch * p.num_local_groups))
+    return LaunchRaggedMSimt(p, o, stream);
+  // Tile counts are the SIMT kernel's business; one row per "tile" here.
+  if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
+                                           p.rows, 1, o, stream); e != cudaSuccess) return e;
+  if (cudaError_t e = LaunchZeroUncoveredRows(p, o, stream); e != cudaSuccess) return e;
+  const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
+  return p.rhs_transposed ? sm90::RaggedMBf16RhsTransposed(p, o, launch)
+                          : sm90::RaggedMBf16(p, o, launch);
+}
+
+cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cudaStream_t stream) {
+  if (p.batch == 0 || p.num_local_groups == 0 || p.p == 0 || p.n == 0) return cudaSuccess;
+  if (p.batch > kMaxGridYZ || p.num_local_groups > kMaxGridYZ || p.rows > kMaxInt32 ||
+      p.p > kMaxInt32 || p.n > kMaxInt32)
+    return cudaErrorInvalidConfiguration;
+  DeviceInfo info;
+  if (cudaError_t e = QueryDevice(&info); e != cudaSuccess) return e;
+  if (p.rows == 0 || !TensorCoreFriendly(info, p.in_type, p.out_type, o, p.p, p.n,
+                                         p.batch * p.num_local_groups))
+    return LaunchRaggedKSimt(p, o, stream);
+  if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
+                                           p.rows, 1, o, stream); e != cudaSuccess) return e;
+  if (cudaError_t e = LaunchZeroEmptyGroups(p, o, stream); e != cudaSuccess) return e;
+  return sm90::RaggedKBf16(p, o, MakeLaunch(info, o, p.batch, p.num_local_groups, stream));
+}
+
+}  // namespace jgg::cuda

@@ -1,0 +1,31 @@
+// Device-side preparation shared by every CUDA ragged GEMM path: the group
+// schedule (row and tile boundaries per batch entry, into the workspace) and
+// the zero fill of outputs no group writes.
+#ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_SCHEDULE_H_
+#define JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_SCHEDULE_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "xla_plugin/common/ragged_problem.h"
+
+namespace jgg::cuda {
+
+// Writes one RaggedSchedule per batch entry into operands.workspace, counting
+// tiles of `tile_rows` rows.
+cudaError_t LaunchRaggedSchedule(int64_t batch, int64_t num_global_groups,
+                                 int64_t num_local_groups, int64_t rows, int64_t tile_rows,
+                                 const RaggedOperands& operands, cudaStream_t stream);
+
+// RaggedM: zeroes out[b, r, :] for the rows r of no local group (reads the schedule).
+cudaError_t LaunchZeroUncoveredRows(const RaggedMProblem& problem, const RaggedOperands& operands,
+                                    cudaStream_t stream);
+
+// RaggedK: zeroes out[g, b] for every empty local group (reads the schedule).
+cudaError_t LaunchZeroEmptyGroups(const RaggedKProblem& problem, const RaggedOperands& operands,
+                                  cudaStream_t stream);
+
+}  // namespace jgg::cuda
+
+#endif  // JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_SCHEDULE_H_

@@ -1,0 +1,166 @@
+// CUTLASS SM90 ptr-array grouped GEMM with device-side problem shapes: the
+// building block of the Hopper tensor-core path. Included only by the
+// instantiation files next to it (one kernel configuration per .cu, so they
+// compile in parallel and cache separately: ~55 s and 3.4 GB each).
+//
+// Problem shapes, pointers and strides are written by a small kernel from the
+// group schedule on the device, and CUTLASS runs with host_problem_shapes =
+// nullptr: no host reads of group sizes, no sync, no allocation (CUTLASS's own
+// workspace comes from ours), so the launch is graph-capturable.
+#ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_GROUPED_GEMM_SM90_CUH_
+#define JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_GROUPED_GEMM_SM90_CUH_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "xla_plugin/common/workspace.h"
+#include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
+
+namespace jgg::cuda::sm90 {
+
+using namespace cute;  // NOLINT: CUTLASS's shape vocabulary (Shape, _128, ...)
+
+// A tile configuration is data: tile, cluster and the two schedules.
+template <class Tile, class Cluster, class Mainloop, class Epilogue>
+struct TileConfig {
+  using TileShape = Tile;
+  using ClusterShape = Cluster;
+  using KernelSchedule = Mainloop;
+  using EpilogueSchedule = Epilogue;
+};
+
+// 128x256 cooperative, 2x1 cluster: the best stock configuration on the large
+// anchor shapes in the BUILD_NOTES probe (672/617/476 TFLOP/s on an H100).
+using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_2, _1, _1>,
+                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
+                                      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+
+template <class Config, class ElementIn, class ElementOut, class LayoutA, class LayoutB>
+struct GroupedGemm {
+  using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K)
+  static constexpr int kAlignIn = 16 / sizeof(ElementIn);
+  static constexpr int kAlignOut = 16 / sizeof(ElementOut);
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape,
+      typename Config::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      void, cutlass::layout::RowMajor*, kAlignOut,  // no source operand C
+      ElementOut, cutlass::layout::RowMajor*, kAlignOut, typename Config::EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, float, void, float>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementIn, LayoutA*, kAlignIn,
+      ElementIn, LayoutB*, kAlignIn, float, typename Config::TileShape,
+      typename Config::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Config::KernelSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
+                                                      CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  using Shape3 = typename ProblemShape::UnderlyingProblemShape;
+  using A = ElementIn;
+  using D = ElementOut;
+};
+
+// CUTLASS's per-problem argument arrays, carved out of our workspace.
+template <class G>
+struct ProblemArrays {
+  typename G::Shape3* shapes;
+  const typename G::A** a;
+  const typename G::A** b;
+  typename G::D** d;
+  typename G::StrideA* stride_a;
+  typename G::StrideB* stride_b;
+  typename G::StrideD* stride_d;
+
+  static ProblemArrays Carve(char* region, int64_t count) {
+    static_assert(sizeof(typename G::Shape3) + 3 * sizeof(void*) + sizeof(typename G::StrideA) +
+                      sizeof(typename G::StrideB) + sizeof(typename G::StrideD) + 6 * 16 <=
+                  kProblemArgumentBytes, "kProblemArgumentBytes is too small");
+    ProblemArrays arrays;
+    auto take = [&](auto*& field) {
+      field = reinterpret_cast<std::remove_reference_t<decltype(field)>>(region);
+      region += (count * sizeof(*field) + 15) / 16 * 16;
+    };
+    take(arrays.shapes);
+    take(arrays.a);
+    take(arrays.b);
+    take(arrays.d);
+    take(arrays.stride_a);
+    take(arrays.stride_b);
+    take(arrays.stride_d);
+    return arrays;
+  }
+};
+
+// One thread per problem: `describe(p)` says what problem p is (on the device,
+// from the schedule); this writes it in CUTLASS's form.
+template <class G, class Describe>
+__global__ void FillProblemArraysKernel(int64_t count, Describe describe, ProblemArrays<G> out) {
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= count) return;
+  const ProblemDescription d = describe(p);
+  out.shapes[p] = typename G::Shape3{d.m, d.n, d.k};
+  out.a[p] = static_cast<const typename G::A*>(d.a);
+  out.b[p] = static_cast<const typename G::A*>(d.b);
+  out.d[p] = static_cast<typename G::D*>(d.d);
+  out.stride_a[p] = cutlass::make_cute_packed_stride(typename G::StrideA{}, {d.m, d.k, 1});
+  out.stride_b[p] = cutlass::make_cute_packed_stride(typename G::StrideB{}, {d.n, d.k, 1});
+  out.stride_d[p] = cutlass::make_cute_packed_stride(typename G::StrideD{}, {d.m, d.n, 1});
+}
+
+inline cudaError_t FromCutlass(cutlass::Status status) {
+  return status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorNotSupported;
+}
+
+// Writes the problem arrays with `describe`, then runs the grouped GEMM.
+template <class G, class Describe>
+cudaError_t RunGrouped(int64_t count, Describe describe, const GroupedLaunch& launch) {
+  if (count == 0) return cudaSuccess;
+  const ProblemArrays<G> arrays = ProblemArrays<G>::Carve(launch.problem_arguments, count);
+  constexpr int kThreads = 128;
+  FillProblemArraysKernel<G><<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads,
+                               0, launch.stream>>>(count, describe, arrays);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+
+  typename G::Gemm::Arguments args;
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.problem_shape = {static_cast<int>(count), arrays.shapes, nullptr};  // shapes on device only
+  args.mainloop = {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = nullptr;
+  args.epilogue.ptr_D = arrays.d;
+  args.epilogue.dD = arrays.stride_d;
+  args.hw_info.device_id = launch.device;
+  args.hw_info.sm_count = launch.sm_count;
+
+  typename G::Gemm gemm;
+  if (G::Gemm::get_workspace_size(args) > static_cast<size_t>(kCutlassWorkspaceBytes))
+    return cudaErrorMemoryAllocation;  // the static bound in workspace.h is too small
+  if (cudaError_t e = FromCutlass(gemm.can_implement(args)); e != cudaSuccess) return e;
+  if (cudaError_t e = FromCutlass(gemm.initialize(args, launch.cutlass_workspace, launch.stream));
+      e != cudaSuccess)
+    return e;
+  return FromCutlass(gemm.run(launch.stream));
+}
+
+}  // namespace jgg::cuda::sm90
+
+#endif  // JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_GROUPED_GEMM_SM90_CUH_
