@@ -63,9 +63,13 @@ def _cuda_library_impl(ctx):
         headers + [ctx.file._nvcc_version],
         transitive = [dep_context.headers, cc_toolchain.all_files],
     )
+    # Objects mirror the sources' paths below the package, so equal file names in two
+    # subdirectories (sm90/x.cu, sm100/x.cu) do not clash.
+    package_dir = "/".join([p for p in [ctx.label.workspace_root, ctx.label.package] if p]) + "/"
     objects = []
     for src in sources:
-        obj = ctx.actions.declare_file("_objs/%s/%s.o" % (ctx.label.name, src.basename[:-3]))
+        stem = src.path[len(package_dir):] if src.path.startswith(package_dir) else src.basename
+        obj = ctx.actions.declare_file("_objs/%s/%s.o" % (ctx.label.name, stem[:-len(".cu")]))
         ctx.actions.run(
             executable = ctx.executable._nvcc,
             arguments = flags + ["-c", src.path, "-o", obj.path],
