@@ -21,6 +21,8 @@ except ImportError as e:  # pragma: no cover - only without a build
 
 RAGGED_M_TARGET: str = _module.RAGGED_M_TARGET
 RAGGED_K_TARGET: str = _module.RAGGED_K_TARGET
+MXFP8_QUANTIZE_TARGET: str = _module.MXFP8_QUANTIZE_TARGET
+MXFP8_DEQUANTIZE_TARGET: str = _module.MXFP8_DEQUANTIZE_TARGET
 CUDA_BUILT: bool = bool(_module.cuda_built)
 
 
@@ -38,3 +40,9 @@ def register_targets() -> dict[str, tuple[str, ...]]:
 def workspace_bytes(op: str, batch: int, num_local_groups: int) -> int:
   """Scratch bytes one call of `op` needs; the formula lives in C++."""
   return int(_module.workspace_bytes(op, batch, num_local_groups))
+
+
+def mxfp8_scale_bytes(layout: int, num_groups: int, rows: int, cols: int) -> int:
+  """Bytes of one orientation's MXFP8 scale buffer; the formula lives in C++
+  (xla_plugin/common/mxfp8_layout.h)."""
+  return int(_module.mxfp8_scale_bytes(layout, num_groups, rows, cols))

@@ -1,0 +1,162 @@
+"""quantize / dequantize: trace-time checks, then one custom call each.
+
+Both are non-differentiable: their inputs go through stop_gradient, so a
+quantized value flows through jax.grad as a constant (gradients through
+quantize are zero, as for any rounding), and the ops batch under vmap by a
+sequential loop.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_grouped_gemm import _native
+from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, LAYOUT_CODES, SCALE_LAYOUTS, MXFP8Tensor
+
+INPUT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+_native.register_targets()
+
+
+def _dtype_names(dtypes) -> str:
+  return ", ".join(jnp.dtype(d).name for d in dtypes)
+
+
+def _grouped_layout(x, group_sizes, ragged_axis) -> str:
+  """The layout implied by x's rank and group_sizes' shape (errors name the argument)."""
+  if group_sizes is None:
+    if x.ndim == 2:
+      return "dense"
+    if x.ndim == 3:
+      return "same_dims"
+    raise ValueError(f"x: without group_sizes, expected rank 2 (a matrix) or 3 (a stack "
+                     f"[G, M, N]), got shape {x.shape}")
+  if group_sizes.ndim == 1:
+    if x.ndim != 2:
+      raise ValueError(f"x: with group_sizes of shape [G], expected rank 2 [M, N], got shape "
+                       f"{x.shape}")
+    if ragged_axis in (0, -2):
+      return "varying_first"
+    if ragged_axis in (1, -1):
+      return "varying_last"
+    raise ValueError(f"ragged_axis: expected 0 or 1 (or -2, -1) for x of rank 2, got "
+                     f"{ragged_axis!r}")
+  if group_sizes.ndim == 2 and group_sizes.shape[1] == 2:
+    if x.ndim != 3 or x.shape[0] != group_sizes.shape[0]:
+      raise ValueError(f"x: with group_sizes of shape [G, 2] (rows, cols per group), expected "
+                       f"[G, max_rows, max_cols] with G = {group_sizes.shape[0]}, got shape "
+                       f"{x.shape}")
+    return "varying_both"
+  raise ValueError(f"group_sizes: expected shape [G] (ragged along ragged_axis) or [G, 2] "
+                   f"(rows and cols per group), got shape {group_sizes.shape}")
+
+
+def _static_dims(layout: str, shape, group_sizes) -> tuple[int, int, int]:
+  """(num_groups, rows, cols) as the custom call sees them."""
+  if layout == "dense":
+    return 1, shape[0], shape[1]
+  if layout in ("same_dims", "varying_both"):
+    return shape
+  return group_sizes.shape[0], shape[0], shape[1]
+
+
+def _group_sizes_operand(group_sizes):
+  """The group_sizes buffer (an empty one where the layout has none)."""
+  return jnp.zeros((0,), jnp.int32) if group_sizes is None else group_sizes
+
+
+def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
+             colwise: bool = False, scale_layout: str = "compact",
+             dtype=jnp.float8_e4m3fn) -> MXFP8Tensor:
+  """Quantizes x to MXFP8 (OCP MX v1.0, TransformerEngine's scale rule).
+
+  Args:
+    x: float32, bfloat16 or float16. [M, N] (one matrix), [G, M, N] (a stack of
+      G matrices), [M, N] with group_sizes [G] (groups are row ranges for
+      ragged_axis=0, column ranges for ragged_axis=1), or [G, M, N] with
+      group_sizes [G, 2] (group g is x[g, :rows_g, :cols_g]).
+    group_sizes: integer array on the device (cast to int32); negative sizes
+      count as 0, running sums are clamped at the extent.
+    ragged_axis: which axis of a 2-D x the [G] group sizes split.
+    rowwise: quantize 1x32 blocks along rows (the last axis).
+    colwise: quantize 32x1 blocks along columns (both: one pass over x).
+    scale_layout: "compact" (row-major, padded to 128x4 tiles) or "swizzled"
+      (the cuBLAS/CUTLASS block-scaled 128x4 interleave).
+    dtype: jnp.float8_e4m3fn (max 448) or jnp.float8_e5m2 (max 57344).
+
+  Returns:
+    An MXFP8Tensor (a pytree: passes through jit, scan, shard_map; constant
+    under grad).
+  """
+  x = jnp.asarray(x)
+  if x.dtype not in INPUT_DTYPES:
+    raise TypeError(f"x: dtype must be one of {_dtype_names(INPUT_DTYPES)}, got {x.dtype}")
+  try:
+    element_dtype = jnp.dtype(dtype)
+  except TypeError as e:
+    raise TypeError(f"dtype: expected float8_e4m3fn or float8_e5m2, got {dtype!r}") from e
+  if element_dtype not in ELEMENT_DTYPES:
+    raise TypeError(f"dtype: expected float8_e4m3fn or float8_e5m2, got {element_dtype}")
+  if scale_layout not in SCALE_LAYOUTS:
+    raise ValueError(f"scale_layout: expected one of {SCALE_LAYOUTS}, got {scale_layout!r}")
+  if not (rowwise or colwise):
+    raise ValueError("rowwise, colwise: at least one must be True")
+  if group_sizes is not None:
+    group_sizes = jnp.asarray(group_sizes)
+    if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+      raise TypeError(f"group_sizes: dtype must be an integer type (int32), got "
+                      f"{group_sizes.dtype}")
+    group_sizes = group_sizes.astype(jnp.int32)
+  layout = _grouped_layout(x, group_sizes, ragged_axis)
+  num_groups, rows, cols = _static_dims(layout, x.shape, group_sizes)
+  code = LAYOUT_CODES[layout]
+  scale_bytes = _native.mxfp8_scale_bytes(code, num_groups, rows, cols)
+
+  x_call = x.reshape((1,) + x.shape) if layout == "dense" else x
+  empty_data = jax.ShapeDtypeStruct((0,), element_dtype)
+  empty_scales = jax.ShapeDtypeStruct((0,), jnp.uint8)
+  data_struct = jax.ShapeDtypeStruct(x_call.shape, element_dtype)
+  scale_struct = jax.ShapeDtypeStruct((scale_bytes,), jnp.uint8)
+  results = (data_struct if rowwise else empty_data, scale_struct if rowwise else empty_scales,
+             data_struct if colwise else empty_data, scale_struct if colwise else empty_scales)
+  row_data, row_scales, col_data, col_scales = jax.ffi.ffi_call(
+      _native.MXFP8_QUANTIZE_TARGET, results, vmap_method="sequential")(
+          jax.lax.stop_gradient(x_call), _group_sizes_operand(group_sizes),
+          layout=np.int32(code), rowwise=bool(rowwise), colwise=bool(colwise),
+          swizzled=scale_layout == "swizzled")
+  shape = x.shape
+  return MXFP8Tensor(
+      data=row_data.reshape(shape) if rowwise else None,
+      scale_inv=row_scales if rowwise else None,
+      colwise_data=col_data.reshape(shape) if colwise else None,
+      colwise_scale_inv=col_scales if colwise else None,
+      group_sizes=group_sizes, layout=layout, scale_layout=scale_layout)
+
+
+def dequantize(q: MXFP8Tensor, dtype=jnp.bfloat16, *, colwise: bool | None = None) -> jax.Array:
+  """x' = data * 2^(scale - 127) rounded to `dtype`, of q's logical shape.
+
+  Reads the rowwise data when present (or colwise=True asks for the colwise
+  copy). Elements of no group are 0; a NaN element or a NaN scale (0xFF) gives
+  NaN; a value beyond dtype's range gives +-Inf.
+  """
+  if not isinstance(q, MXFP8Tensor):
+    raise TypeError(f"q: expected an MXFP8Tensor (from jgg.mxfp8.quantize), got {type(q).__name__}")
+  out_dtype = jnp.dtype(dtype)
+  if out_dtype not in INPUT_DTYPES:
+    raise TypeError(f"dtype: must be one of {_dtype_names(INPUT_DTYPES)}, got {out_dtype}")
+  use_colwise = (not q.rowwise) if colwise is None else bool(colwise)
+  data, scales = q.orientation(use_colwise)
+  data = jax.lax.stop_gradient(data)
+  scales = jax.lax.stop_gradient(scales)
+  group_sizes = None if q.group_sizes is None else jax.lax.stop_gradient(q.group_sizes)
+  data_call = data.reshape((1,) + data.shape) if q.layout == "dense" else data
+  out = jax.ffi.ffi_call(
+      _native.MXFP8_DEQUANTIZE_TARGET, jax.ShapeDtypeStruct(data_call.shape, out_dtype),
+      vmap_method="sequential")(
+          data_call, scales, _group_sizes_operand(group_sizes),
+          layout=np.int32(LAYOUT_CODES[q.layout]), colwise=use_colwise,
+          swizzled=q.scale_layout == "swizzled")
+  return out.reshape(data.shape)
