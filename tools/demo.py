@@ -1,100 +1,372 @@
-"""The main job: a grouped GEMM forward and gradient of an MoE expert layer.
+"""The main job: train a small MoE language model whose experts run on jax_grouped_gemm.
 
-Runs on the default backend (the GPU when there is one, else the CPU), checks
-the results against jax.lax.ragged_dot, and reports what ran where and how
-long it took. Later issues grow this into an MoE training run.
+  ./tools/demo [--steps=150] [--experts=8] [--recipe=bf16|mxfp8] [--backend=auto|cpu|gpu]
+               [--plot=build/demo_loss.png]
 
-  ./tools/demo [--tokens=4096 --hidden=512 --ffn=1024 --experts=8 --dtype=bfloat16]
+The data is generated here and learnable: token sequences over a small
+vocabulary follow a fixed random second-order rule, next = RULE[previous,
+current], except that with probability `noise` a token is uniform instead.
+The model sees each (previous, current) pair through two embeddings, then a
+stack of pre-norm residual MoE blocks (jax_grouped_gemm.flax.nnx.MoE: router,
+top-k, permutation, gated expert MLP on grouped GEMMs) and a linear head. The
+rule is a vocab x vocab table the experts have to memorise, so the loss falls
+from ln(vocab) towards the entropy the noise leaves (printed and plotted).
+
+What it checks and reports:
+  * the first step (loss, logits and every gradient, same parameters and batch)
+    against the same model built on jax.lax.ragged_dot: asserted to tolerance;
+  * the loss curve (a PNG), which must fall;
+  * tokens/s, and the custom-call kernels found in the compiled train step.
 """
 
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import math
+import os
+import re
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+import optax
+from flax import nnx
 
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native
+from jax_grouped_gemm.flax import nnx as jgg_nnx
 
-FLAGS = flags.DEFINE_integer("tokens", 2048, "tokens x top-k: rows of the grouped GEMM (M)")
-flags.DEFINE_integer("hidden", 256, "model width (K)")
-flags.DEFINE_integer("ffn", 512, "expert width (N)")
-flags.DEFINE_integer("experts", 8, "number of experts (G)")
-flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16", "float16"], "operand dtype")
-flags.DEFINE_integer("repeats", 10, "timed calls per measurement")
-flags.DEFINE_integer("seed", 0, "random seed")
-F = flags.FLAGS
+RECIPES = ("bf16", "mxfp8")
+# Norm-wise relative error allowed between our first step and jax.lax's.
+# bf16: both accumulate in f32 and round once per GEMM (measured ~1e-3). mxfp8:
+# the reference is bf16 and e4m3 keeps 3 mantissa bits (~2-3% norm-wise).
+TOLERANCE = {"bf16": 2e-2, "mxfp8": 1e-1, "float32": 1e-4}
 
 
-def expert_layer(dot):
-  """Loss of one expert layer and its gradients (dgrad and wgrad) w.r.t. x and w."""
-  def loss(x, w, group_sizes):
-    y = dot(x, w, group_sizes, preferred_element_type=jnp.float32)
-    return jnp.mean(jax.nn.gelu(y) ** 2)
-  return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+@dataclasses.dataclass(frozen=True)
+class Config:
+  steps: int = 150
+  batch: int = 16
+  seq_len: int = 64
+  vocab: int = 64
+  noise: float = 0.1  # probability that a next token ignores the rule
+  d_model: int = 64
+  d_ff: int = 128
+  experts: int = 8
+  top_k: int = 2
+  layers: int = 2
+  learning_rate: float = 5e-3
+  aux_loss_weight: float = 1e-2
+  recipe: str = "bf16"  # "float32" too, for tight checks in tests
+  seed: int = 0
+
+  @property
+  def tokens_per_step(self) -> int:
+    return self.batch * self.seq_len
 
 
-def skewed_group_sizes(rng, tokens, experts):
-  """Zipf-like routing: a few hot experts, some empty ones."""
-  weights = 1.0 / np.arange(1, experts + 1) ** 1.2
-  sizes = rng.multinomial(tokens, weights / weights.sum())
-  return rng.permutation(sizes).astype(np.int32)
+# --- data -----------------------------------------------------------------------------
+
+def make_rule(vocab: int, seed: int) -> np.ndarray:
+  """The task: RULE[previous, current] is the next token."""
+  return np.random.default_rng(seed).integers(0, vocab, (vocab, vocab), dtype=np.int32)
 
 
-def median_seconds(fn, *args, repeats):
-  jax.block_until_ready(fn(*args))  # compile and warm up
-  times = []
-  for _ in range(5):
-    start = time.perf_counter()
-    for _ in range(repeats):
-      out = fn(*args)
-    jax.block_until_ready(out)
-    times.append((time.perf_counter() - start) / repeats)
-  return float(np.median(times))
+@functools.partial(jax.jit, static_argnames=("batch", "seq_len"))
+def sample_batch(rule, key, noise, *, batch: int, seq_len: int):
+  """(previous, current, target) [batch, seq_len] int32: a noisy walk of the rule.
+
+  Each next token follows the rule with probability 1 - noise, else is uniform:
+  the noise keeps the walk from settling into the rule's short cycles, so all
+  vocab^2 pairs keep coming up, and sets the floor of the loss (noise_floor).
+  """
+  vocab = rule.shape[0]
+  start_key, random_key, coin_key = jax.random.split(key, 3)
+  starts = jax.random.randint(start_key, (2, batch), 0, vocab, jnp.int32)
+  random_tokens = jax.random.randint(random_key, (seq_len, batch), 0, vocab, jnp.int32)
+  follows_rule = jax.random.uniform(coin_key, (seq_len, batch)) >= noise
+
+  def next_token(pair, draws):
+    previous, current = pair
+    random_token, use_rule = draws
+    following = jnp.where(use_rule, rule[previous, current], random_token)
+    return (current, following), following
+
+  _, tokens = jax.lax.scan(next_token, (starts[0], starts[1]), (random_tokens, follows_rule))
+  tokens = jnp.concatenate([starts, tokens]).T  # [batch, seq_len + 2]
+  return {"previous": tokens[:, :seq_len], "current": tokens[:, 1:seq_len + 1],
+          "target": tokens[:, 2:]}
+
+
+def noise_floor(vocab: int, noise: float) -> float:
+  """The lowest expected cross-entropy: the entropy of a next token given its pair."""
+  hit = 1 - noise + noise / vocab
+  miss = noise / vocab
+  return float(-hit * math.log(hit) - (vocab - 1) * miss * math.log(miss)) if noise else 0.0
+
+
+# --- model ------------------------------------------------------------------------------
+
+class MoELanguageModel(nnx.Module):
+  """Two embeddings -> `layers` residual pre-norm MoE blocks -> RMSNorm -> linear head."""
+
+  def __init__(self, config: Config, *, ragged_dot, recipe, dtype, rngs: nnx.Rngs):
+    d = config.d_model
+    self.embed_current = nnx.Embed(config.vocab, d, rngs=rngs)
+    self.embed_previous = nnx.Embed(config.vocab, d, rngs=rngs)
+    self.norms = nnx.List([nnx.RMSNorm(d, rngs=rngs) for _ in range(config.layers)])
+    self.blocks = nnx.List([
+        jgg_nnx.MoE(config.experts, d, config.d_ff, top_k=config.top_k, dtype=dtype,
+                    recipe=recipe, ragged_dot=ragged_dot, rngs=rngs)
+        for _ in range(config.layers)])
+    self.final_norm = nnx.RMSNorm(d, rngs=rngs)
+    self.head = nnx.Linear(d, config.vocab, use_bias=False, rngs=rngs)
+
+  def __call__(self, previous, current):
+    h = self.embed_current(current) + self.embed_previous(previous)
+    aux_loss = 0.0
+    for norm, block in zip(self.norms, self.blocks):
+      y, block_aux = block(norm(h))
+      h = h + y.astype(h.dtype)
+      aux_loss = aux_loss + block_aux
+    return self.head(self.final_norm(h)), aux_loss / len(self.blocks)
+
+
+def make_recipe(name: str):
+  """(computation dtype, recipe object) of a --recipe name."""
+  if name == "float32":
+    return jnp.float32, None
+  if name == "bf16":
+    return jnp.bfloat16, None
+  if name == "mxfp8":
+    recipe_type = getattr(jgg, "MXFP8Recipe", None)
+    if recipe_type is None or not hasattr(jgg, "grouped_dense"):
+      raise SystemExit("--recipe=mxfp8: this build of jax_grouped_gemm has no MXFP8 recipe yet "
+                       "(jgg.MXFP8Recipe / jgg.grouped_dense); use --recipe=bf16")
+    return jnp.bfloat16, recipe_type()
+  raise ValueError(f"recipe: expected one of {RECIPES + ('float32',)}, got {name!r}")
+
+
+def loss_fn(model, batch, aux_loss_weight):
+  logits, aux_loss = model(batch["previous"], batch["current"])
+  cross_entropy = optax.softmax_cross_entropy_with_integer_labels(
+      logits.astype(jnp.float32), batch["target"]).mean()
+  return cross_entropy + aux_loss_weight * aux_loss, (cross_entropy, aux_loss, logits)
+
+
+def make_train_step(graphdef, optimizer, aux_loss_weight):
+  def train_step(params, opt_state, batch):
+    def loss_of(params):
+      return loss_fn(nnx.merge(graphdef, params), batch, aux_loss_weight)
+    (loss, (cross_entropy, aux_loss, _)), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    metrics = {"loss": loss, "cross_entropy": cross_entropy, "aux_loss": aux_loss}
+    return optax.apply_updates(params, updates), opt_state, metrics
+  return jax.jit(train_step, donate_argnums=(0, 1))
+
+
+# --- checks and reports ----------------------------------------------------------------
+
+def relative_error(actual, expected) -> float:
+  actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+  if not np.all(np.isfinite(actual)):
+    return math.inf
+  return float(np.linalg.norm(actual - expected) / max(np.linalg.norm(expected), 1e-30))
+
+
+def first_step_errors(model, reference, batch, aux_loss_weight) -> dict[str, float]:
+  """Relative errors of loss, logits and gradients (worst parameter) vs the reference model."""
+  def outputs(model):
+    graphdef, params = nnx.split(model, nnx.Param)
+    def loss_of(params):
+      return loss_fn(nnx.merge(graphdef, params), batch, aux_loss_weight)
+    (loss, (_, _, logits)), grads = jax.jit(jax.value_and_grad(loss_of, has_aux=True))(params)
+    return loss, logits, grads
+
+  loss, logits, grads = outputs(model)
+  ref_loss, ref_logits, ref_grads = outputs(reference)
+  grad_errors = jax.tree.map(relative_error, grads, ref_grads)
+  return {"loss": relative_error(loss, ref_loss), "logits": relative_error(logits, ref_logits),
+          "gradients": max(jax.tree.leaves(grad_errors))}
+
+
+def kernels_in(compiled_hlo: str) -> dict[str, int]:
+  """Custom-call targets of a compiled HLO module, with how many calls each."""
+  return dict(collections.Counter(re.findall(r'custom_call_target="([^"]+)"', compiled_hlo)))
+
+
+@dataclasses.dataclass
+class Result:
+  device: str
+  first_step: dict[str, float]
+  tolerance: float
+  cross_entropy: np.ndarray  # per step
+  aux_loss: np.ndarray
+  tokens_per_second: float
+  kernels: dict[str, int]
+  plot: str | None
+
+  @property
+  def first_step_ok(self) -> bool:
+    return all(err <= self.tolerance for err in self.first_step.values())
+
+
+def train(config: Config, *, device=None, plot: str | None = None, progress: bool = True,
+          log=print) -> Result:
+  device = device or jax.devices()[0]
+  with jax.default_device(device):
+    return _train(config, device, plot, progress, log)
+
+
+def _train(config, device, plot, progress, log):
+  dtype, recipe = make_recipe(config.recipe)
+  build = lambda ragged_dot, recipe: MoELanguageModel(
+      config, ragged_dot=ragged_dot, recipe=recipe, dtype=dtype, rngs=nnx.Rngs(config.seed))
+  model = build(jgg.ragged_dot, recipe)
+  reference = build(jax.lax.ragged_dot, None)
+  nnx.update(reference, nnx.state(model, nnx.Param))  # same parameters, whatever the init
+
+  rule = jnp.asarray(make_rule(config.vocab, config.seed))
+  keys = jax.random.split(jax.random.key(config.seed + 1), config.steps)
+  sample = functools.partial(sample_batch, rule, batch=config.batch, seq_len=config.seq_len,
+                             noise=config.noise)
+  first_batch = sample(key=keys[0])
+
+  errors = first_step_errors(model, reference, first_batch, config.aux_loss_weight)
+  tolerance = TOLERANCE[config.recipe]
+  log("first step vs the same model on jax.lax.ragged_dot (relative error): " +
+      ", ".join(f"{k} {v:.1e}" for k, v in errors.items()) + f" (tolerance {tolerance:g})")
+  del reference
+
+  optimizer = optax.adam(config.learning_rate)
+  graphdef, params = nnx.split(model, nnx.Param)
+  opt_state = optimizer.init(params)
+  train_step = make_train_step(graphdef, optimizer, config.aux_loss_weight)
+  compiled = train_step.lower(params, opt_state, first_batch).compile()
+  kernels = kernels_in(compiled.as_text())
+  log("kernels in the compiled train step: " +
+      (", ".join(f"{name} x{n}" for name, n in sorted(kernels.items())) or "none"))
+
+  metrics, bar = [], _progress_bar(config.steps, progress)
+  start = None
+  for step in range(config.steps):
+    batch = first_batch if step == 0 else sample(key=keys[step])
+    params, opt_state, step_metrics = compiled(params, opt_state, batch)
+    metrics.append(step_metrics)
+    if step == 0:  # time from the end of the first step: no compile or warm-up inside
+      jax.block_until_ready(step_metrics)
+      start = time.perf_counter()
+    if bar is not None:
+      bar.update(1)
+      if step % 10 == 0 or step == config.steps - 1:
+        bar.set_postfix(loss=f"{float(step_metrics['cross_entropy']):.3f}")
+  jax.block_until_ready(metrics[-1])
+  seconds = time.perf_counter() - start
+  if bar is not None:
+    bar.close()
+  timed_steps = config.steps - 1
+  tokens_per_second = timed_steps * config.tokens_per_step / seconds if timed_steps else math.nan
+  cross_entropy = np.asarray([m["cross_entropy"] for m in metrics], np.float64)
+  aux_loss = np.asarray([m["aux_loss"] for m in metrics], np.float64)
+  result = Result(device=f"{device.platform} ({device.device_kind})", first_step=errors,
+                  tolerance=tolerance, cross_entropy=cross_entropy, aux_loss=aux_loss,
+                  tokens_per_second=tokens_per_second, kernels=kernels, plot=None)
+  if plot:
+    result.plot = write_plot(plot, config, result)
+  return result
+
+
+def _progress_bar(steps, enabled):
+  if not enabled:
+    return None
+  from tqdm import tqdm
+  return tqdm(total=steps, desc="train", unit="step", file=sys.stdout)
+
+
+def write_plot(path: str, config: Config, result: Result) -> str:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig, ax = plt.subplots(figsize=(7, 4))
+  ax.plot(np.arange(len(result.cross_entropy)), result.cross_entropy, label="cross-entropy")
+  ax.axhline(math.log(config.vocab), color="gray", linestyle="--",
+             label=f"uniform guess, ln {config.vocab}")
+  ax.axhline(noise_floor(config.vocab, config.noise), color="green", linestyle=":",
+             label=f"best possible (noise {config.noise:g})")
+  ax.set_xlabel("step")
+  ax.set_ylabel("loss (nats/token)")
+  ax.set_title(f"{config.layers} MoE blocks x {config.experts} experts (top-{config.top_k}), "
+               f"{config.recipe}, {result.device}", fontsize=9)
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return path
+
+
+# --- command line --------------------------------------------------------------------------
+
+def _define_flags():
+  from absl import flags
+  defaults = Config()
+  flags.DEFINE_integer("steps", defaults.steps, "training steps")
+  flags.DEFINE_integer("experts", defaults.experts, "experts per MoE block")
+  flags.DEFINE_integer("top_k", defaults.top_k, "experts per token")
+  flags.DEFINE_integer("layers", defaults.layers, "MoE blocks")
+  flags.DEFINE_integer("d_model", defaults.d_model, "model width")
+  flags.DEFINE_integer("d_ff", defaults.d_ff, "expert hidden width")
+  flags.DEFINE_integer("batch", defaults.batch, "sequences per step")
+  flags.DEFINE_integer("seq_len", defaults.seq_len, "tokens per sequence")
+  flags.DEFINE_integer("vocab", defaults.vocab, "vocabulary size")
+  flags.DEFINE_float("noise", defaults.noise, "probability that a token ignores the rule")
+  flags.DEFINE_float("learning_rate", defaults.learning_rate, "Adam learning rate")
+  flags.DEFINE_float("aux_loss_weight", defaults.aux_loss_weight,
+                     "weight of the routers' load-balancing loss")
+  flags.DEFINE_enum("recipe", defaults.recipe, list(RECIPES), "expert GEMM numerics")
+  flags.DEFINE_enum("backend", "auto", ["auto", "cpu", "gpu"],
+                    "device to train on (auto: the GPU when there is one)")
+  flags.DEFINE_string("plot", "build/demo_loss.png", "where to write the loss curve (PNG)")
+  flags.DEFINE_integer("seed", defaults.seed, "seed of the rule, the data and the init")
+  return flags.FLAGS
 
 
 def main(argv):
   del argv
-  rng = np.random.default_rng(F.seed)
-  m, k, n, g = F.tokens, F.hidden, F.ffn, F.experts
-  dtype = jnp.dtype(F.dtype)
-  device = jax.devices()[0]
+  flags = FLAGS
+  config = Config(**{f.name: getattr(flags, f.name) for f in dataclasses.fields(Config)})
+  device = jax.devices()[0] if flags.backend == "auto" else jax.devices(flags.backend)[0]
   registered = _native.register_targets()
   print(f"device: {device.platform} ({device.device_kind}); native handlers: "
         f"{', '.join(f'{p}: {len(t)}' for p, t in registered.items())}; "
         f"CUDA kernels built: {_native.CUDA_BUILT}")
-
-  x = jnp.asarray(rng.standard_normal((m, k)), dtype)
-  w = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), dtype)
-  group_sizes = jnp.asarray(skewed_group_sizes(rng, m, g))
-  print(f"grouped GEMM: M={m} K={k} N={n} G={g} {dtype.name}; group sizes "
-        f"{np.asarray(group_sizes).tolist()}")
-
-  ours, theirs = expert_layer(jgg.ragged_dot), expert_layer(jax.lax.ragged_dot)
-  hlo = ours.lower(x, w, group_sizes).as_text()
-  assert _native.RAGGED_M_TARGET in hlo and _native.RAGGED_K_TARGET in hlo
-  (loss, (dx, dw)) = ours(x, w, group_sizes)
-  (ref_loss, (ref_dx, ref_dw)) = theirs(x, w, group_sizes)
-
-  def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-  errors = {"loss": rel(loss, ref_loss), "dgrad": rel(dx.astype(jnp.float32), ref_dx.astype(jnp.float32)),
-            "wgrad": rel(dw.astype(jnp.float32), ref_dw.astype(jnp.float32))}
-  tolerance = 1e-5 if dtype == jnp.float32 else 2e-2
-  print("check vs jax.lax.ragged_dot (relative error): " +
-        ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
-  ok = all(err <= tolerance for err in errors.values())
-
-  flops = 3 * 2 * m * k * n  # forward, dgrad, wgrad
-  for name, fn in (("jax_grouped_gemm", ours), ("jax.lax.ragged_dot", theirs)):
-    seconds = median_seconds(fn, x, w, group_sizes, repeats=F.repeats)
-    print(f"  {name:20s} fwd+bwd {seconds * 1e3:8.3f} ms  {flops / seconds / 1e12:8.3f} TFLOP/s")
-  print("check: " + ("PASSED" if ok else f"FAILED (tolerance {tolerance:g})"))
+  print(f"model: {config.layers} MoE blocks, {config.experts} experts, top-{config.top_k}, "
+        f"d_model {config.d_model}, d_ff {config.d_ff}, vocab {config.vocab}; "
+        f"{config.batch}x{config.seq_len} tokens/step, {config.steps} steps, {config.recipe}")
+  result = train(config, device=device, plot=flags.plot)
+  ce = result.cross_entropy
+  window = max(1, min(10, len(ce) // 4))
+  first, last = float(ce[:window].mean()), float(ce[-window:].mean())
+  print(f"loss: {first:.3f} -> {last:.3f} (mean of the first and last {window} steps; "
+        f"uniform guess {math.log(config.vocab):.3f}, best possible "
+        f"{noise_floor(config.vocab, config.noise):.3f})")
+  print(f"throughput: {result.tokens_per_second:,.0f} tokens/s (train step, after the first)")
+  if result.plot:
+    print(f"loss curve: {result.plot}")
+  ok = result.first_step_ok and last < first
+  print("check: " + ("PASSED" if ok else "FAILED") +
+        f" (first step within {result.tolerance:g} of jax.lax: {result.first_step_ok}; "
+        f"loss fell: {last < first})")
   if not ok:
     raise SystemExit(1)
 
 
 if __name__ == "__main__":
+  from absl import app
+  FLAGS = _define_flags()
   app.run(main)

@@ -16,3 +16,14 @@ from jax_grouped_gemm import mxfp8  # noqa: E402,F401
 
 __all__ = ["RaggedDotDimensionNumbers", "ragged_dot", "ragged_dot_general"]
 __version__ = "0.1.0"
+
+# The MoE block (jgg.moe) and the Flax modules (jgg.flax.nnx, jgg.flax.linen). jgg.flax is
+# imported on first use: flax is a heavy import that users of the ops alone need not pay.
+from jax_grouped_gemm import moe  # noqa: E402,F401
+
+
+def __getattr__(name):
+  if name == "flax":
+    import importlib
+    return importlib.import_module("jax_grouped_gemm.flax")
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

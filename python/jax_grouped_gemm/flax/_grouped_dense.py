@@ -1,0 +1,91 @@
+"""The computation behind the Flax modules of both APIs (one copy, so nnx and linen agree).
+
+`apply_grouped_dense` is y[r] = x[r] . kernel[group(r)] (+ bias[group(r)]) for
+inputs [rows, in_features] and a kernel [groups, in_features, out_features];
+rows of no group (past sum(group_sizes), or of no local group under
+`group_offset`) are 0, bias included.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax.nnx.nn import dtypes
+
+from jax_grouped_gemm.ragged_dot import ragged_dot as jgg_ragged_dot
+
+# LeCun normal per group: fan-in is in_features, not groups x in_features.
+default_kernel_init = jax.nn.initializers.variance_scaling(
+    1.0, "fan_in", "truncated_normal", in_axis=-2, out_axis=-1, batch_axis=(0,))
+default_bias_init = jax.nn.initializers.zeros
+
+
+def grouped_matmul(lhs, rhs, group_sizes, *, group_offset=None, precision=None,
+                   preferred_element_type=None, recipe=None,
+                   ragged_dot=jgg_ragged_dot):
+  """lhs [rows, in] . rhs [groups, in, out] -> [rows, out] by `ragged_dot`, or by the recipe.
+
+  `ragged_dot` is any function with jax.lax.ragged_dot's signature (jgg's by
+  default; jax.lax's builds the reference model).
+  """
+  if recipe is not None:
+    return _grouped_dense_with_recipe(lhs, rhs, group_sizes, group_offset, recipe)
+  # jax.lax.ragged_dot accepts group_offset only as None: pass it only when set.
+  offset = {} if group_offset is None else {"group_offset": group_offset}
+  return ragged_dot(lhs, rhs, group_sizes, precision=precision,
+                    preferred_element_type=preferred_element_type, **offset)
+
+
+def _grouped_dense_with_recipe(lhs, rhs, group_sizes, group_offset, recipe):
+  # The MXFP8 recipe (issue 6) brings jgg.grouped_dense with its own custom VJP;
+  # until that lands in this build, a recipe cannot run.
+  import jax_grouped_gemm
+  grouped_dense = getattr(jax_grouped_gemm, "grouped_dense", None)
+  if grouped_dense is None:
+    raise NotImplementedError(
+        f"recipe={recipe!r}: this build of jax_grouped_gemm has no grouped_dense (it comes "
+        "with the MXFP8 recipe, python/jax_grouped_gemm/mxfp8); use recipe=None")
+  return grouped_dense(lhs, rhs, group_sizes, recipe=recipe, group_offset=group_offset)
+
+
+def group_bias(bias, group_sizes, num_rows: int, group_offset=None):
+  """[num_rows, out]: each row's bias[group]; 0 for rows of no local group.
+
+  Same clamping rule as the kernels (xla_plugin/common/ragged_layout.h):
+  negative sizes count as 0, the running sum is clamped at num_rows, the
+  offset at [0, num_global_groups]; all on the device.
+  """
+  num_local = bias.shape[0]
+  sizes = jnp.maximum(group_sizes.astype(jnp.int32), 0)
+  ends = jnp.minimum(jnp.cumsum(sizes), num_rows)
+  bounds = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends])  # [G_global + 1]
+  first = 0 if group_offset is None else jnp.clip(group_offset.reshape(()), 0, sizes.shape[0])
+  local_bounds = bounds[jnp.minimum(first + jnp.arange(num_local + 1), sizes.shape[0])]
+  rows = jnp.arange(num_rows, dtype=jnp.int32)
+  group = jnp.searchsorted(local_bounds, rows, side="right").astype(jnp.int32) - 1
+  in_group = (rows >= local_bounds[0]) & (rows < local_bounds[num_local])
+  return jnp.where(in_group[:, None], bias[jnp.clip(group, 0, num_local - 1)], 0)
+
+
+def apply_grouped_dense(inputs, kernel, group_sizes, *, bias=None, group_offset=None, dtype=None,
+                        precision=None, preferred_element_type=None, recipe=None,
+                        ragged_dot=jgg_ragged_dot):
+  """The GroupedDense forward: checks shapes, promotes to `dtype` (as flax Dense), multiplies."""
+  if inputs.ndim != 2:
+    raise TypeError(f"inputs: expected [rows, in_features], got shape {inputs.shape}")
+  if kernel.ndim != 3 or kernel.shape[1] != inputs.shape[1]:
+    raise TypeError(f"kernel: expected [groups, {inputs.shape[1]}, out_features], "
+                    f"got shape {kernel.shape}")
+  group_sizes = jnp.asarray(group_sizes)
+  if group_sizes.ndim != 1:
+    raise TypeError(f"group_sizes: expected [groups], got shape {group_sizes.shape}")
+  if group_offset is None and group_sizes.shape[0] != kernel.shape[0]:
+    raise TypeError(f"group_sizes: expected {kernel.shape[0]} groups (kernel.shape[0]), got "
+                    f"{group_sizes.shape[0]}; with group_offset it may hold more")
+  inputs, kernel, bias = dtypes.promote_dtype((inputs, kernel, bias), dtype=dtype)
+  y = grouped_matmul(inputs, kernel, group_sizes, group_offset=group_offset, precision=precision,
+                     preferred_element_type=preferred_element_type, recipe=recipe,
+                     ragged_dot=ragged_dot)
+  if bias is not None:
+    y = y + group_bias(bias, group_sizes, inputs.shape[0], group_offset).astype(y.dtype)
+  return y

@@ -1,0 +1,34 @@
+"""Runs a test body on a mesh of CPU devices.
+
+XLA_FLAGS=--xla_force_host_platform_device_count must be set before jax is
+imported, so when this process has too few devices the body runs in a child
+Python with the flag set (JGG_POISON_OUTPUTS and the rest of the environment
+are inherited).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import jax
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_on_cpu_devices(module: str, function: str, count: int = 8, timeout: int = 600):
+  """Calls tests/<module>.py:<function>() where jax sees at least `count` CPU devices."""
+  if jax.device_count() >= count:
+    getattr(__import__(module), function)()
+    return
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                      f" --xla_force_host_platform_device_count={count}").strip()
+  env["JAX_PLATFORMS"] = "cpu"
+  code = f"import sys; sys.path.insert(0, {TESTS_DIR!r}); import {module}; {module}.{function}()"
+  done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                        timeout=timeout)
+  assert done.returncode == 0, (
+      f"{module}.{function} on {count} CPU devices failed:\n{done.stdout[-4000:]}"
+      f"\n{done.stderr[-8000:]}")
