@@ -144,11 +144,19 @@ _cuda_library = rule(
     toolchains = ["@bazel_tools//tools/cpp:toolchain_type"],
 )
 
-def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], defines = [], **kwargs):
-    """A C++-linkable library of .cu sources (see the file docstring)."""
+def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], defines = [], gencode = None,
+                 **kwargs):
+    """A C++-linkable library of .cu sources (see the file docstring).
+
+    gencode: nvcc -gencode flags; defaults to CUDA_GENCODE (sm_90a code + compute_90 PTX).
+    """
     if not HAS_CUDA:
         tags = kwargs.pop("tags", [])
-        native.cc_library(name = name, tags = tags + ["manual"], **kwargs)
+        native.cc_library(
+            name = name,
+            tags = tags + ([] if "manual" in tags else ["manual"]),
+            **kwargs
+        )
         return
     _cuda_library(
         name = name,
@@ -157,5 +165,6 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], defines = []
         deps = deps,
         copts = copts,
         defines = defines,
+        gencode = CUDA_GENCODE if gencode == None else gencode,
         **kwargs
     )
