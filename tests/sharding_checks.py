@@ -40,7 +40,8 @@ def partitioner(request):
     jax.config.update("jax_use_shardy_partitioner", previous)
 
 
-_COLLECTIVE = re.compile(r"=\s+(\S+)\s+(all-reduce|all-gather|reduce-scatter|all-to-all|"
+# "%name = TYPE kind(", or asynchronous (GPU) "%name = (TYPE, ...) kind-start(".
+_COLLECTIVE = re.compile(r"%\S+ = (.*?) (all-reduce|all-gather|reduce-scatter|all-to-all|"
                          r"ragged-all-to-all|collective-permute|collective-broadcast)"
                          r"(?:-start)?\(")
 _SHAPE = re.compile(r"\w+\[[\d,]*\]")
