@@ -314,3 +314,19 @@ def test_export_on_one_device_is_the_plain_custom_call():
   restored = jax.export.deserialize(exported.serialize())
   for got, want in zip(restored.call(lhs, rhs, sizes, ct), _unsharded()[1]):
     _assert_close(got, want, "exported gradient")
+
+
+def test_partially_manual_shard_map_is_correct(partitioner):
+  """Manual over "data" only: the op is replicated over "model" (operands gathered), correct."""
+  mesh = cpu_mesh()
+  lhs, rhs, _ = _operands()
+  sizes = jnp.array(SIZES, jnp.int32)
+
+  def body(a, b):
+    b = jax.lax.with_sharding_constraint(b, NamedSharding(mesh, P(None, None, "model")))
+    return jgg.ragged_dot(a, b, sizes)
+
+  fn = jax.shard_map(body, mesh=mesh, in_specs=(P(), P()), out_specs=P(), axis_names={"data"},
+                     check_vma=False)
+  out = jax.jit(fn)(_put(mesh, lhs, P()), _put(mesh, rhs, P(None, None, "model")))
+  _assert_close(out, _unsharded()[0], "forward")
