@@ -11,13 +11,17 @@ Every shape is static and group sizes stay on the device, so the block jits,
 differentiates and has no host sync. No capacity factor: every assignment is
 computed, whatever the router decides (dropless).
 
-Expert parallelism (`axis_name`, inside `shard_map`): experts are sharded over
-a mesh axis and so are the tokens. Each device routes its own tokens, sends
-each expert's rows to the device that owns it with one ragged all-to-all
-(`jax.lax.ragged_all_to_all`; slices ordered so the received rows are already
-sorted by local expert, so no second sort), runs its local experts, and sends
-the results back the same way. The receive buffer holds the worst case (every
-token of every device routed here), which is what dropless costs.
+Expert parallelism (`axis_name`, inside `shard_map`; `moe_layer(expert_axis=...)`
+wraps it): experts are sharded over a mesh axis and so are the tokens. Each
+device routes its own tokens, sends each expert's rows to the device that owns
+it with one ragged all-to-all (expert_parallel.ragged_all_to_all: jax.lax's,
+with a CPU stand-in), runs its local experts, and sends the results back the
+same way. The slices are laid out so that a device receives its rows sorted by
+local expert from row 0 (so no second sort, and plain local group sizes); the
+receive buffer holds the worst case, every row of every device (dropless).
+expert_parallel.expert_parallel_mlp shows the other layout, the global expert
+order read with group_offset; this one keeps the gated MLP's projections
+ignorant of the sharding.
 
 The Flax modules (`jax_grouped_gemm.flax.nnx.MoE`, `jax_grouped_gemm.flax.linen.MoE`)
 hold the parameters and call `moe_block`.
@@ -34,6 +38,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from jax_grouped_gemm.expert_parallel import ragged_all_to_all
 from jax_grouped_gemm.ragged_dot import ragged_dot as jgg_ragged_dot
 
 # (x [rows, in], kernel [groups, in, out], group_sizes [groups]) -> [rows, out]
@@ -235,52 +240,18 @@ def _expert_parallel(mlp, x_sorted, group_sizes, axis_name):
   start = _exclusive_cumsum(counts, axis=1)  # [sender, expert]: row in the sender's buffer
 
   capacity = shards * x_sorted.shape[0]  # dropless: every row of every device may come here
-  received = _ragged_all_to_all(
-      x_sorted, jnp.zeros((capacity,) + x_sorted.shape[1:], x_sorted.dtype),
+  received = ragged_all_to_all(
+      x_sorted, jnp.zeros_like(x_sorted, shape=(capacity,) + x_sorted.shape[1:]),
       input_offsets=start[me], send_sizes=counts[me],
       output_offsets=landing[me].reshape(num_experts),
       recv_sizes=by_owner[:, me].reshape(num_experts), axis_name=axis_name)
   y_local = mlp(received, rows_per_expert[me])
-  return _ragged_all_to_all(
-      y_local, jnp.zeros((x_sorted.shape[0],) + y_local.shape[1:], y_local.dtype),
+  return ragged_all_to_all(
+      y_local, jnp.zeros_like(y_local, shape=(x_sorted.shape[0],) + y_local.shape[1:]),
       input_offsets=landing[:, me].reshape(num_experts),
       send_sizes=by_owner[:, me].reshape(num_experts),
       output_offsets=start.reshape(shards, shards, local_experts)[:, me].reshape(num_experts),
       recv_sizes=counts[me], axis_name=axis_name)
-
-
-def _ragged_all_to_all(operand, output, *, input_offsets, send_sizes, output_offsets, recv_sizes,
-                       axis_name):
-  """jax.lax.ragged_all_to_all; on CPU, whose XLA has no ragged-all-to-all, emulated."""
-  sizes = (input_offsets, send_sizes, output_offsets, recv_sizes)
-  sizes = tuple(jnp.asarray(s, jnp.int32) for s in sizes)
-  # The result differs per device: type the output buffer so, as both branches must agree.
-  output = lax.pcast(output, axis_name, to="varying")
-  return lax.platform_dependent(
-      operand, output, *sizes,
-      cpu=functools.partial(_dense_ragged_all_to_all, axis_name=axis_name),
-      default=functools.partial(lax.ragged_all_to_all, axis_name=axis_name))
-
-
-def _dense_ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets,
-                             recv_sizes, *, axis_name):
-  """ragged_all_to_all's semantics with a dense all_to_all: each slice padded to operand's rows.
-
-  Costs (slices x rows) of traffic and memory: for CPU meshes (tests), not for speed.
-  """
-  rows = operand.shape[0]
-  row = jnp.arange(rows, dtype=jnp.int32)
-  valid = row[None, :] < send_sizes[:, None]  # [slices, rows]
-  source = jnp.clip(input_offsets[:, None] + row[None, :], 0, rows - 1)
-  trailing = (1,) * (operand.ndim - 1)
-  slices = jnp.where(valid.reshape(valid.shape + trailing), jnp.take(operand, source, axis=0), 0)
-  # Slice i goes to device i // slices_per_device; we receive them ordered by sender.
-  slices = lax.all_to_all(slices, axis_name, 0, 0, tiled=True)
-  offsets = lax.all_to_all(output_offsets, axis_name, 0, 0, tiled=True)
-  target = offsets[:, None] + row[None, :]
-  target = jnp.where(row[None, :] < recv_sizes[:, None], target, output.shape[0])  # dropped
-  return output.at[target.reshape(-1)].set(
-      slices.reshape((-1,) + operand.shape[1:]), mode="drop")
 
 
 def __getattr__(name):
