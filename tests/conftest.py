@@ -17,6 +17,10 @@ import hypothesis  # noqa: E402
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+# References computed with jax (dots, check_grads) must be exact f32: on a GPU
+# the default matmul precision is TF32 (~3e-4 relative error).
+jax.config.update("jax_default_matmul_precision", "highest")
+
 hypothesis.settings.register_profile(
     "default", deadline=None, print_blob=True,
     max_examples=int(os.environ.get("JGG_HYPOTHESIS_EXAMPLES", "25")))

@@ -61,3 +61,13 @@ def relative_error(actual, expected):
 # Norm-wise tolerances by the output's dtype: f32 accumulation everywhere, so
 # the error is the output's rounding (and for f32, summation order).
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 2e-3}
+
+
+def on_cpu(fn, *args, **kwargs):
+  """Runs a jax.lax reference on the CPU: on a GPU, jax.lax.ragged_dot is a masked
+  dense dot that defaults to TF32 (errors ~3e-4) and fails to compile for some
+  layouts; on the CPU it is exact f32."""
+  import jax  # the reference module is otherwise NumPy-only
+  cpu = jax.devices("cpu")[0]
+  with jax.default_device(cpu):
+    return fn(*jax.device_put(args, cpu), **kwargs)
