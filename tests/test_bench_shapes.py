@@ -117,7 +117,9 @@ def test_harness_runs_end_to_end_on_cpu(tmp_path):
       assert math.isfinite(row["tflops"][competitor]) and row["tflops"][competitor] > 0
     assert row["check_rel_err"] is not None and row["check_rel_err"] < report.CHECK_TOLERANCE
     assert row["ratios"]["ours/dense"] > 0
-    assert "Only interpret mode is supported" in row["errors"]["pallas"]  # n/a, with why
+    assert row["errors"]["pallas"]  # Mosaic GPU kernels do not run on the CPU: n/a, with why
+    if pass_name != "wgrad":
+      assert "Only interpret mode is supported" in row["errors"]["pallas"]
     if (shape, pass_name) == ("tiny", "dgrad"):
       assert f"code {wp.CRASH_EXIT_CODE}" in row["errors"]["lax"]
     else:

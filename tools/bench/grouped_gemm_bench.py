@@ -28,6 +28,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -94,47 +95,47 @@ def run_benchmark(shapes, passes=shapes_lib.PASSES, competitors=wp.COMPETITORS,
 
 
 def run_worker(framework, plan, out_dir, task_timeout_s, python=sys.executable):
-  """Runs one framework's worker until each of its tasks has a result (or an error)."""
+  """Runs one framework's worker until each of its tasks has a result (or an error).
+
+  The worker's stderr goes to OUT/worker_FRAMEWORK.log; its plan and records
+  live in a temporary folder (results.json keeps every record that matters).
+  """
   keys = plan.tasks(framework)
-  records_path = Path(out_dir) / f"records_{framework}.jsonl"
   log_path = Path(out_dir) / f"worker_{framework}.log"
-  plan_path = Path(out_dir) / f"plan_{framework}.json"
-  for path in (records_path, log_path):
-    path.unlink(missing_ok=True)
-  results, devices, seen, restarts = {}, [], 0, 0
-  while True:
-    pending = [k for k in keys if k not in results]
-    if not pending:
-      break
-    done = [k for k in keys if k in results]
-    plan_path.write_text(dataclasses.replace(plan, skip=done).to_json())
-    returncode, hung = _run_watched(framework, plan_path, records_path, log_path, task_timeout_s,
-                                    python)
-    records = wp.read_records(str(records_path))
-    in_flight = None
-    for record in records[seen:]:
-      if record["event"] == "device":
-        devices.append(record)
-      elif record["event"] == "start":
-        in_flight = record["key"]
-      elif record["event"] == "result":
-        results[record["key"]] = record
-        if record["key"] == in_flight:
-          in_flight = None
-    seen = len(records)
-    if returncode == 0 and not hung:
-      for key in keys:
-        results.setdefault(key, {"error": "the worker ended without measuring this"})
-      break
-    reason = (f"hung: no progress for {task_timeout_s:.0f} s" if hung else
-              f"worker exited with code {returncode}: {_last_line(log_path)}")
-    print(f"[{framework}] worker failed ({reason}); in flight: {in_flight}", flush=True)
-    restarts += 1
-    if in_flight is None or restarts > MAX_WORKER_RESTARTS:
-      for key in keys:  # it failed before any measurement, or keeps failing: stop trying
-        results.setdefault(key, {"error": reason})
-      break
-    results[in_flight] = {"error": reason}
+  log_path.unlink(missing_ok=True)
+  with tempfile.TemporaryDirectory(prefix=f"bench_{framework}_") as scratch:
+    plan_path, records_path = Path(scratch) / "plan.json", Path(scratch) / "records.jsonl"
+    results, devices, seen, restarts = {}, [], 0, 0
+    while any(k not in results for k in keys):
+      done = [k for k in keys if k in results]
+      plan_path.write_text(dataclasses.replace(plan, skip=done).to_json())
+      returncode, hung = _run_watched(framework, plan_path, records_path, log_path,
+                                      task_timeout_s, python)
+      records = wp.read_records(str(records_path))
+      in_flight = None
+      for record in records[seen:]:
+        if record["event"] == "device":
+          devices.append(record)
+        elif record["event"] == "start":
+          in_flight = record["key"]
+        elif record["event"] == "result":
+          results[record["key"]] = record
+          if record["key"] == in_flight:
+            in_flight = None
+      seen = len(records)
+      if returncode == 0 and not hung:
+        for key in keys:
+          results.setdefault(key, {"error": "the worker ended without measuring this"})
+        break
+      reason = (f"hung: no progress for {task_timeout_s:.0f} s" if hung else
+                f"worker exited with code {returncode}: {_last_line(log_path)}")
+      print(f"[{framework}] worker failed ({reason}); in flight: {in_flight}", flush=True)
+      restarts += 1
+      if in_flight is None or restarts > MAX_WORKER_RESTARTS:
+        for key in keys:  # it failed outside any measurement, or keeps failing: stop
+          results.setdefault(key, {"error": reason})
+        break
+      results[in_flight] = {"error": reason}
   return results, devices
 
 

@@ -158,8 +158,9 @@ def _attempt(writer: wp.RecordWriter, key: str, measure) -> None:
     print(f"[jax] {key}: n/a ({wp.short_error(e, 160)})", flush=True)
     writer.result(key, error=wp.short_error(e))
   else:
-    if "seconds" in fields:
-      print(f"[jax] {key}: {fields['seconds'] * 1e3:.3f} ms/call", flush=True)
+    outcome = (f"{fields['seconds'] * 1e3:.3f} ms/call" if "seconds" in fields else
+               f"n/a ({fields.get('error', '')[:160]})")
+    print(f"[jax] {key}: {outcome}", flush=True)
     writer.result(key, **fields)
 
 
@@ -299,7 +300,8 @@ def _measure_grouped(plan, timer, competitor, pass_name, shape, operands, pallas
       fields = timer(_grouped_fn("pallas", pass_name, tuple(pallas_best[0].items())), operands)
       return {**fields, "config": _config_name(pallas_best[0])}
     fields, config = _pallas_sweep(timer, pass_name, shape, operands, plan.pallas_configs)
-    pallas_best.append(config)
+    if config is not None:
+      pallas_best.append(config)
     return fields
   fn = _grouped_fn(competitor, pass_name)
   checked = _check_fields(plan, fn, pass_name, shape, operands) if competitor == "ours" else {}
@@ -314,7 +316,10 @@ def _measure(measure) -> dict:
 
 
 def _pallas_sweep(timer, pass_name, shape, operands, limit):
-  """Times the first `limit` fitting configs; returns the fastest's fields and config."""
+  """Times the first `limit` fitting configs; returns the fastest's fields and config.
+
+  Where every config fails, the fields hold the error and the config is None.
+  """
   candidates = _pallas_candidates(pass_name, shape, limit)
   if not candidates:
     raise ValueError(f"no Pallas block config fits M={shape.tokens} K={shape.hidden} "
@@ -326,8 +331,9 @@ def _pallas_sweep(timer, pass_name, shape, operands, limit):
     tried.append({"config": _config_name(config), **fields})
     if "seconds" in fields and (best is None or fields["seconds"] < best[1]["seconds"]):
       best = (config, fields)
-  if best is None:
-    raise RuntimeError("every Pallas block config failed; first: " + tried[0]["error"])
+  if best is None:  # report the first config's reason: usually all fail alike
+    more = f" (as did {len(tried) - 1} more configs)" if len(tried) > 1 else ""
+    return {"error": tried[0]["error"] + more, "candidates": tried}, None
   return {**best[1], "config": _config_name(best[0]), "candidates": tried}, best[0]
 
 

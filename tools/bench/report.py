@@ -21,6 +21,7 @@ GROUPED = ("ours", "torch", "pallas", "lax")  # table columns, in this order
 TORCH_TARGET, DENSE_TARGET, TORCH_NEAR_DENSE, COPY_TARGET = 1.05, 0.97, 0.92, 0.85
 CHECK_TOLERANCE = 1e-2  # bf16 operands and output: expected 1e-3 .. 5e-3
 CELL_REASON_CHARS = 40
+COPY_METHOD = {"copy_jax": "jax x + 1", "copy_torch": "torch copy_"}
 
 
 def build(plan: wp.Plan, results: dict, devices: list, command: str = "", started=None,
@@ -119,7 +120,7 @@ def markdown(summary: dict) -> str:
   header = ["shape", "pass"] + [_title(c) for c in grouped]
   header += ["dense"] if has_dense else []
   header += ["ours/torch", "ours/dense", "torch/dense"]
-  header += ["ours weight BW / copy"] if has_bandwidth else []
+  header += ["weight BW / copy: ours (torch)"] if has_bandwidth else []
   header += ["target", "check"]
   lines = [_heading(summary), "", "| " + " | ".join(header) + " |",
            "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
@@ -132,15 +133,14 @@ def markdown(summary: dict) -> str:
       cells.append(_number(r["dense_tflops"]))
     cells += [_times(r["ratios"][k]) for k in ("ours/torch", "ours/dense", "torch/dense")]
     if has_bandwidth:
-      fraction = r["weight_bw_fraction"].get("ours")
-      cells.append(f"{fraction:.0%}" if fraction is not None else "")
+      cells.append(_bandwidth_cell(r["weight_bw_fraction"]))
     cells += [_target_cell(r["target"]), _check_cell(r)]
     lines.append("| " + " | ".join(cells) + " |")
   lines += ["", "TFLOP/s: 2 * sum(group_sizes) * K * N per pass over the median time per call. "
             "dense: the faster of jnp.dot and torch.mm on the same FLOPs and layouts. "
             "check: ||ours - jax.lax|| / ||jax.lax|| on a sample of the output "
             f"(fails above {CHECK_TOLERANCE:g})."]
-  notes += _pallas_notes(rows) + _cut_run_notes(rows, meta["runs"])
+  notes += _ceiling_notes(summary) + _pallas_notes(rows) + _cut_run_notes(rows, meta["runs"])
   if notes:
     lines += ["", "Notes:"] + [f"- {n}" for n in notes]
   return "\n".join(lines) + "\n"
@@ -150,18 +150,23 @@ def _heading(summary) -> str:
   meta, ceilings = summary["meta"], summary["ceilings"]
   devices = "; ".join(f"{k}: {v}" for k, v in meta["devices"].items()) or "unknown"
   versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
-  copy = ", ".join(f"{k.removeprefix('copy_')} {v / 1e12:.2f} TB/s" if v else f"{k} n/a"
+  copy = ", ".join(f"{COPY_METHOD[k]} {_bytes_per_second(v)}" if v else f"{COPY_METHOD[k]} n/a"
                    for k, v in ceilings["copy_by_method"].items())
   parts = [f"### Grouped GEMM benchmark, {meta['date'] or 'undated'}", "",
            f"- Device: {devices}. Versions: {versions or 'unknown'}.",
-           f"- Command: `{meta['command']}`" if meta["command"] else "",
-           f"- Method: median over {meta['runs']} timed runs of {meta['calls_per_run']} calls "
-           "(JAX: one jitted loop per run; torch: CUDA events around the calls); "
+           f"- Command: `{meta['command']}`" if meta["command"] else None,
+           f"- Method: median over {meta['runs']} timed runs of >= {meta['calls_per_run']} "
+           "calls (JAX: jitted loops of calls, enqueued back to back; torch: CUDA events "
+           "around the calls); "
            "bf16 operands and outputs, f32 accumulation, random normal data.",
            f"- Copy ceiling (bytes read + written): {copy or 'not measured'}."]
   if meta.get("wall_seconds") is not None:
     parts.append(f"- Wall time of the run: {meta['wall_seconds']:.0f} s.")
-  return "\n".join(p for p in parts if p != "")
+  return "\n".join(p for p in parts if p is not None)
+
+
+def _bytes_per_second(value) -> str:
+  return f"{value / 1e12:.2f} TB/s" if value >= 1e11 else f"{value / 1e9:.3g} GB/s"
 
 
 def _title(competitor) -> str:
@@ -172,7 +177,7 @@ def _title(competitor) -> str:
 def _number(value) -> str:
   if value is None:
     return ""
-  return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+  return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 1 else f"{value:.2g}"
 
 
 def _cell(row, competitor, notes) -> str:
@@ -184,6 +189,12 @@ def _cell(row, competitor, notes) -> str:
   notes.append(f"{row['shape']} {row['pass']} {_title(competitor)}: {reason}")
   short = reason if len(reason) <= CELL_REASON_CHARS else reason[:CELL_REASON_CHARS - 3] + "..."
   return f"n/a ({short.replace('|', '/')})"
+
+
+def _bandwidth_cell(fractions) -> str:
+  ours, torch = fractions.get("ours"), fractions.get("torch")
+  text = f"{ours:.0%}" if ours is not None else ("n/a" if fractions else "")
+  return text + (f" ({torch:.0%})" if torch is not None else "")
 
 
 def _times(ratio) -> str:
@@ -211,6 +222,17 @@ def _check_cell(row) -> str:
   return f"{err:.1e}" + ("" if ok else " FAIL")
 
 
+def _ceiling_notes(summary) -> list:
+  """Why a ceiling measurement is missing (each reason once)."""
+  counts = {}
+  for key, record in summary["records"].items():
+    competitor = key.split("|")[-1]
+    if competitor not in GROUPED and "error" in record:
+      counts[(competitor, record["error"])] = counts.get((competitor, record["error"]), 0) + 1
+  return [f"{competitor} n/a ({n} {'entry' if n == 1 else 'entries'}): {reason}"
+          for (competitor, reason), n in counts.items()]
+
+
 def _pallas_notes(rows) -> list:
   configs = [f"{r['shape']} {r['pass']}: {r['pallas_config']}" for r in rows if r["pallas_config"]]
   return ["Pallas best block config: " + "; ".join(configs)] if configs else []
@@ -228,28 +250,43 @@ def _cut_run_notes(rows, planned_runs) -> list:
 # --- chart and files ----------------------------------------------------------------
 
 def write_chart(summary: dict, path) -> None:
+  """Bars per (shape, pass): TFLOP/s of compute-bound rows; % of copy bandwidth of the others."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
   rows = summary["rows"]
-  series = [c for c in GROUPED if c in summary["meta"]["competitors"]]
-  series += ["dense"] if any(r["dense_tflops"] for r in rows) else []
-  labels = [f"{r['shape']}\n{r['pass']}" for r in rows]
-  width = 0.8 / max(len(series), 1)
-  fig, ax = plt.subplots(figsize=(max(8.0, 1.1 * len(rows)), 5.0))
-  for i, name in enumerate(series):
-    values = [(r["dense_tflops"] if name == "dense" else r["tflops"].get(name)) or 0.0
-              for r in rows]
-    ax.bar([x + (i - (len(series) - 1) / 2) * width for x in range(len(rows))], values, width,
-           label=_title(name) if name in GROUPED else "dense (cuBLAS)")
-  ax.set_xticks(range(len(rows)))
-  ax.set_xticklabels(labels, fontsize=7)
-  ax.set_ylabel("TFLOP/s (bf16)")
-  devices = "; ".join(summary["meta"]["devices"].values())
-  ax.set_title(f"Grouped GEMM, {devices} ({summary['meta']['date'] or ''})", fontsize=9)
-  ax.legend(fontsize=8)
-  ax.grid(axis="y", alpha=0.3)
+  compute = [r for r in rows if r["bound"] == "compute"]
+  bandwidth = [r for r in rows if r["bound"] == "weight_bandwidth" and r["weight_bw_fraction"]]
+  panels = [p for p in (compute, bandwidth) if p]
+  if not panels:
+    return
+  fig, axes = plt.subplots(1, len(panels), squeeze=False,
+                           figsize=(max(8.0, 0.9 * len(rows) + 2), 5.0),
+                           gridspec_kw={"width_ratios": [len(p) for p in panels]})
+  grouped = [c for c in GROUPED if c in summary["meta"]["competitors"]]
+  for ax, panel in zip(axes[0], panels):
+    if panel is compute:
+      series = grouped + (["dense"] if any(r["dense_tflops"] for r in panel) else [])
+      value = lambda r, c: r["dense_tflops"] if c == "dense" else r["tflops"].get(c)
+      ax.set_ylabel("TFLOP/s (bf16)")
+    else:
+      series = grouped
+      value = lambda r, c: 100 * r["weight_bw_fraction"].get(c, 0.0)
+      ax.set_ylabel("weight bytes / time, % of copy bandwidth")
+      ax.axhline(100 * COPY_TARGET, color="gray", linestyle="--", linewidth=0.8)
+    width = 0.8 / len(series)
+    for i, name in enumerate(series):
+      offsets = [x + (i - (len(series) - 1) / 2) * width for x in range(len(panel))]
+      ax.bar(offsets, [value(r, name) or 0.0 for r in panel], width,
+             label=_title(name) if name in GROUPED else "dense (cuBLAS)")
+    ax.set_xticks(range(len(panel)))
+    ax.set_xticklabels([f"{r['shape']}\n{r['pass']}" for r in panel], fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=min(len(series), 3), loc="upper center",
+              bbox_to_anchor=(0.5, -0.12))
+  devices = "; ".join(dict.fromkeys(summary["meta"]["devices"].values()))
+  fig.suptitle(f"Grouped GEMM, {devices} ({summary['meta']['date'] or 'undated'})", fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
@@ -258,6 +295,7 @@ def write_chart(summary: dict, path) -> None:
 def write_all(summary: dict, out_dir) -> str:
   """Writes results.json, results.md and chart.png; returns the Markdown."""
   out_dir = Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
   (out_dir / "results.json").write_text(json.dumps(summary, indent=1, default=str))
   text = markdown(summary)
   (out_dir / "results.md").write_text(text)

@@ -15,6 +15,7 @@ import json
 import os
 import statistics
 import time
+import traceback
 from typing import Any
 
 from tools.bench.shapes import GroupedGemmShape
@@ -138,5 +139,10 @@ def runs_within_budget(plan: Plan, first_run_seconds: float) -> int:
 def short_error(exc: BaseException, limit: int = 300) -> str:
   """The exception's type and first meaningful line, short enough for a table note."""
   lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-  text = f"{type(exc).__name__}: {lines[0] if lines else ''}".strip()
+  if lines:
+    text = f"{type(exc).__name__}: {lines[0]}"
+  else:  # a bare exception: say where it was raised instead
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    text = f"{type(exc).__name__} (no message){where}"
   return text if len(text) <= limit else text[:limit - 3] + "..."
