@@ -99,11 +99,10 @@ def swizzle(padded, colwise: bool) -> np.ndarray:
   """Flat 128x4-interleaved scales of a compact padded matrix (colwise: of its transpose)."""
   m = padded.T if colwise else padded
   rows, cols = m.shape
+  i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+  index = ((i // 128) * (cols // 4) + j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4
   out = np.zeros(rows * cols, np.uint8)
-  for i in range(rows):
-    for j in range(cols):
-      index = ((i // 128) * (cols // 4) + j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4
-      out[index] = m[i, j]
+  out[index.reshape(-1)] = m.reshape(-1)
   return out
 
 
