@@ -225,6 +225,9 @@ CONTRACTING_CASES = [
     ("rows_and_experts", P("data"), P("data"), P("model"), ("all-reduce f32[2,1,16,24]",)),
     # rows and experts on the same axis: partial dW of all experts, reduce-scattered on g.
     ("rows_to_experts", P("model"), P("model"), P("model"), ("reduce-scatter f32[2,1,16,24]",)),
+    # rows over both axes, experts wanted over both: one reduce-scatter over the pair.
+    ("rows_to_experts_both_axes", P(("data", "model")), P(("data", "model")),
+     P(("data", "model")), ("reduce-scatter f32[1,1,16,24]",)),
     # P split (the forward's K): no communication.
     ("p_split", P(None, "model"), P(), P(None, "model"), ()),
 ]
