@@ -71,6 +71,7 @@ class Case:
   gradient: tuple  # ... of the program computing (dx, dw), sharded like (x, w)
   local_lhs: tuple  # the forward custom call's operands on one device
   local_rhs: tuple
+  local_dw: tuple  # the wgrad custom call's result on one device
 
   def __str__(self):
     return self.name
@@ -79,43 +80,54 @@ class Case:
 CASES = [
     # Column parallel: weights split on N; the forward needs nothing, dgrad sums over N.
     Case("column", P(), P(None, None, "model"), P(None, "model"),
-         (), ("all-reduce f32[1,32,16]",), (1, 32, 16), (8, 1, 16, 6)),
+         (), ("all-reduce f32[1,32,16]",),
+         (1, 32, 16), (8, 1, 16, 6), (8, 1, 16, 6)),
     # Row parallel: K split; one all-reduce of the forward output, none in the backward.
     Case("row", P(None, "model"), P(None, "model", None), P(),
-         ("all-reduce f32[1,32,24]",), (), (1, 32, 4), (8, 1, 4, 24)),
+         ("all-reduce f32[1,32,24]",), (),
+         (1, 32, 4), (8, 1, 4, 24), (8, 1, 4, 24)),
     # Expert parallel, tokens replicated: local experts by group_offset, one psum combine;
     # wgrad of the local experts needs nothing.
     Case("expert", P(), P("model"), P(),
-         ("all-reduce f32[1,32,24]",), ("all-reduce f32[1,32,16]",), (1, 32, 16), (2, 1, 16, 24)),
+         ("all-reduce f32[1,32,24]",), ("all-reduce f32[1,32,16]",),
+         (1, 32, 16), (2, 1, 16, 24), (2, 1, 16, 24)),
     # Expert parallel with tokens split on the experts' axis: the tokens are gathered (never
-    # the weights) and the combine is a reduce-scatter back onto the token split.
+    # the weights) and the combine is a reduce-scatter back onto the token split; wgrad sums
+    # every expert's partial dW over the local rows and reduce-scatters it onto the experts.
     Case("expert_tokens_split", P("model"), P("model"), P("model"),
          ("all-gather f32[1,32,16]", "reduce-scatter f32[1,8,24]"),
          ("all-gather f32[1,32,24]", "reduce-scatter f32[1,8,16]",
-          "reduce-scatter f32[2,1,16,24]"), (1, 32, 16), (2, 1, 16, 24)),
+          "reduce-scatter f32[2,1,16,24]"),
+         (1, 32, 16), (2, 1, 16, 24), (8, 1, 16, 24)),
     # Data parallel: per-shard group boundaries from the global sizes; dW all-reduced.
     Case("data", P("data"), P(), P("data"),
-         (), ("all-reduce f32[8,1,16,24]",), (1, 16, 16), (8, 1, 16, 24)),
+         (), ("all-reduce f32[8,1,16,24]",),
+         (1, 16, 16), (8, 1, 16, 24), (8, 1, 16, 24)),
     # FSDP: weights split on K over the data axis are gathered; dW reduce-scattered back.
     Case("fsdp", P("data"), P(None, "data", None), P("data"),
          ("all-gather f32[8,1,16,24]",),
-         ("all-gather f32[8,1,16,24]", "reduce-scatter f32[8,1,8,24]"), (1, 16, 16), (8, 1, 16, 24)),
+         ("all-gather f32[8,1,16,24]", "reduce-scatter f32[8,1,8,24]"),
+         (1, 16, 16), (8, 1, 16, 24), (8, 1, 16, 24)),
     # 2x4 combinations.
     Case("data_column", P("data"), P(None, None, "model"), P("data", "model"),
-         (), ("all-reduce f32[1,16,16]", "all-reduce f32[8,1,16,6]"), (1, 16, 16), (8, 1, 16, 6)),
+         (), ("all-reduce f32[1,16,16]", "all-reduce f32[8,1,16,6]"),
+         (1, 16, 16), (8, 1, 16, 6), (8, 1, 16, 6)),
     Case("data_row", P("data", "model"), P(None, "model", None), P("data"),
-         ("all-reduce f32[1,16,24]",), ("all-reduce f32[8,1,4,24]",), (1, 16, 4), (8, 1, 4, 24)),
+         ("all-reduce f32[1,16,24]",), ("all-reduce f32[8,1,4,24]",),
+         (1, 16, 4), (8, 1, 4, 24), (8, 1, 4, 24)),
     Case("data_expert", P("data"), P("model"), P("data"),
          ("all-reduce f32[1,16,24]",), ("all-reduce f32[1,16,16]", "all-reduce f32[2,1,16,24]"),
-         (1, 16, 16), (2, 1, 16, 24)),
+         (1, 16, 16), (2, 1, 16, 24), (2, 1, 16, 24)),
     Case("expert_column", P(), P("data", None, "model"), P(None, "model"),
-         ("all-reduce f32[1,32,6]",), ("all-reduce f32[1,32,16]",), (1, 32, 16), (4, 1, 16, 6)),
+         ("all-reduce f32[1,32,6]",), ("all-reduce f32[1,32,16]",),
+         (1, 32, 16), (4, 1, 16, 6), (4, 1, 16, 6)),
     Case("fsdp_column", P("data"), P(None, "data", "model"), P("data", "model"),
          ("all-gather f32[8,1,16,6]",),
          ("all-gather f32[8,1,16,6]", "all-reduce f32[1,16,16]", "reduce-scatter f32[8,1,8,6]"),
-         (1, 16, 16), (8, 1, 16, 6)),
+         (1, 16, 16), (8, 1, 16, 6), (8, 1, 16, 6)),
     Case("expert_over_both_axes", P(), P(("data", "model")), P(),
-         ("all-reduce f32[1,32,24]",), ("all-reduce f32[1,32,16]",), (1, 32, 16), (1, 1, 16, 24)),
+         ("all-reduce f32[1,32,24]",), ("all-reduce f32[1,32,16]",),
+         (1, 32, 16), (1, 1, 16, 24), (1, 1, 16, 24)),
 ]
 
 
@@ -149,8 +161,9 @@ def test_case_forward_and_gradients(case, partitioner):
   _assert_close(dw, expected_grads[1], "dw")
   hlo = gradient.lower(x, w, sizes, y_bar).compile().as_text()
   assert collectives(hlo) == collectives_of(case.gradient), hlo
-  targets = sorted(t for t, _, _ in custom_calls(hlo))
-  assert targets == sorted([_native.RAGGED_M_TARGET, _native.RAGGED_K_TARGET])
+  calls = {t: (result, operands) for t, result, operands in custom_calls(hlo)}
+  assert sorted(calls) == sorted([_native.RAGGED_M_TARGET, _native.RAGGED_K_TARGET])
+  assert calls[_native.RAGGED_K_TARGET][0] == _f32(case.local_dw)
 
 
 @pytest.mark.parametrize("lhs_spec, rhs_spec, expected", [
