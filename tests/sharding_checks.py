@@ -29,6 +29,13 @@ def cpu_mesh(shape=(2, 4), names=("data", "model")):
                        devices=devices[:count])
 
 
+@pytest.fixture(autouse=True)
+def on_cpu():
+  """Unsharded references and fresh arrays on the CPU too, where the meshes live."""
+  with jax.default_device(jax.devices("cpu")[0]):
+    yield
+
+
 @pytest.fixture(params=["shardy", "gspmd"])
 def partitioner(request):
   """Runs the test under Shardy (jax's default) and under GSPMD, restoring the setting."""

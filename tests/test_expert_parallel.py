@@ -14,7 +14,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native, expert_parallel
 import reference
-from sharding_checks import collectives, cpu_mesh, custom_calls, partitioner  # noqa: F401
+from sharding_checks import (  # noqa: F401  (fixtures: on_cpu, partitioner)
+    collectives, cpu_mesh, custom_calls, on_cpu, partitioner)
 
 T, D, F, G = 12, 8, 6, 8  # rows per device, model dim, hidden dim, global experts
 TOL = 1e-5
@@ -196,7 +197,7 @@ def test_shard_map_program_exports():
   checks = [jax.export.DisabledSafetyCheck.custom_call(_native.RAGGED_M_TARGET)]
   specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, s))
            for a, s in ((x, P()), (w, P("model")), (sizes, P()))]
-  exported = jax.export.export(fn, disabled_checks=checks)(*specs)
+  exported = jax.export.export(fn, disabled_checks=checks, platforms=("cpu",))(*specs)
   assert "CustomSPMDPartitioning" not in exported.mlir_module()
   restored = jax.export.deserialize(exported.serialize())
   out = restored.call(*[jax.device_put(a, s.sharding) for a, s in zip((x, w, sizes), specs)])

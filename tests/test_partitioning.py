@@ -20,8 +20,10 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native, partitioning
+from jax_grouped_gemm import ragged_gemm_ops as ops
 import reference
-from sharding_checks import collectives, cpu_mesh, custom_calls, partitioner  # noqa: F401
+from sharding_checks import (  # noqa: F401  (fixtures: on_cpu, partitioner)
+    collectives, cpu_mesh, custom_calls, on_cpu, partitioner)
 
 M, K, N, G = 32, 16, 24, 8
 SIZES = [5, 0, 7, 3, 6, 1, 0, 4]  # 26 of 32 rows; boundaries cut across every shard split
@@ -176,15 +178,14 @@ def test_result_sharding_is_inferred_alike(lhs_spec, rhs_spec, expected, partiti
   """Without out_shardings each partitioner infers the result's sharding from the one spec."""
   mesh = cpu_mesh()
   lhs, rhs, _ = _operands()
-  fn = jax.jit(lambda a, b, s: partitioning_probe(a, b, s))
+  fn = jax.jit(_canonical_ragged_m)
   out = fn(_put(mesh, lhs, lhs_spec), _put(mesh, rhs, rhs_spec), jnp.array(SIZES, jnp.int32))
   assert out.sharding.is_equivalent_to(NamedSharding(mesh, expected), 3), out.sharding
   _assert_close(out[0], _unsharded()[0], "forward")
 
 
-def partitioning_probe(lhs, rhs, sizes):
+def _canonical_ragged_m(lhs, rhs, sizes):
   """The canonical op itself, so its [B, M, N] result sharding is read without a reshape."""
-  from jax_grouped_gemm import ragged_gemm_ops as ops
   return ops.ragged_m(lhs[None], rhs[:, None], sizes[None], jnp.zeros((1,), jnp.int32),
                       rhs_transposed=False, out_dtype=jnp.float32)
 
@@ -323,7 +324,8 @@ def test_export_on_one_device_is_the_plain_custom_call():
   sizes = jnp.array(SIZES, jnp.int32)
   checks = [jax.export.DisabledSafetyCheck.custom_call(t)
             for t in (_native.RAGGED_M_TARGET, _native.RAGGED_K_TARGET)]
-  exported = jax.export.export(jax.jit(jax.grad(_loss, (0, 1))), disabled_checks=checks)(
+  exported = jax.export.export(jax.jit(jax.grad(_loss, (0, 1))), disabled_checks=checks,
+                               platforms=("cpu",))(
       lhs, rhs, sizes, ct)
   text = exported.mlir_module()
   assert "CustomSPMDPartitioning" not in text and _native.RAGGED_K_TARGET in text
