@@ -39,10 +39,11 @@ to their experts is the shard_map path (expert_parallel.py).
 Wiring: the lowering of ragged_m_p / ragged_k_p is a `custom_partitioning` call
 around the FFI call, so forward, dgrad and wgrad (all binds of the two
 primitives, whatever jax.grad produced) are partitioned. On one device, or
-inside a fully manual shard_map, it lowers to the plain FFI call, which
-`jax.export` serializes; a jit over several devices with sharded operands
-cannot be exported (custom_partitioning keeps a Python callback): export the
-shard_map form instead.
+inside a shard_map, it lowers to the plain FFI call, which `jax.export`
+serializes; a jit over several devices with sharded operands cannot be
+exported (custom_partitioning keeps a Python callback): export the shard_map
+form instead. Mesh axes must be AxisType.Auto: the ops do not implement
+sharding-in-types for Explicit axes yet.
 """
 
 from __future__ import annotations
