@@ -94,6 +94,31 @@ def test_plan_round_trips_and_slow_competitors_get_fewer_runs():
   assert wp.runs_within_budget(plan, 30.0) == 3  # never fewer than min_runs
 
 
+def test_loop_report_sees_hoisted_work_and_the_chained_loop_keeps_each_call():
+  import functools
+
+  import jax
+  import jax.numpy as jnp
+  from jax import lax
+
+  from tools.bench import jax_competitors, jax_loop
+
+  kx, kw = jax.random.split(jax.random.key(0))
+  operands = (jax.random.normal(kx, (1024, 512), jnp.bfloat16),
+              jax.random.normal(kw, (512, 1024), jnp.bfloat16))
+  carry = jnp.zeros((1024, 1024), jnp.bfloat16)  # 2 MiB: above the report's size floor
+  dense = jax_competitors._dense_fn("fwd")
+  naive = jax.jit(lambda ops, out: lax.fori_loop(0, 10, lambda i, _: dense(*ops), out))
+  report = jax_loop.loop_report(naive.lower(operands, carry).compile().as_text())
+  assert report["loops"] == 1 and report["hoisted"], "XLA computes an unchained dot once"
+  chained = jax.jit(functools.partial(jax_loop.call_loop, dense, 10, jax_loop.OUTPUT_CHAIN))
+  report = jax_loop.loop_report(chained.lower(operands, carry).compile().as_text())
+  assert report == {"loops": 1, "body_copy_bytes": 0, "hoisted": []}
+  np.testing.assert_allclose(  # and it still computes the dot
+      np.asarray(chained(operands, carry), np.float32),
+      np.asarray(dense(*operands), np.float32), rtol=1e-2, atol=1e-2)
+
+
 def test_harness_runs_end_to_end_on_cpu(tmp_path):
   """Tiny shape, JAX competitors, --check; one worker dies mid-measurement and is replaced."""
   tiny = [shapes_lib.GroupedGemmShape("tiny", 96, 64, 128, 4, seed=3),
@@ -125,5 +150,7 @@ def test_harness_runs_end_to_end_on_cpu(tmp_path):
     else:
       assert row["tflops"]["lax"] > 0
   assert summary["ceilings"]["copy_bytes_per_second"] > 0
+  # Group sizes are the cheap operand to chain the loop's calls through (see jax_loop).
+  assert summary["records"]["tiny|fwd|ours"]["method"] == "operand-chain"
   assert "| tiny | fwd |" in text and "n/a (ValueError: Only interpret mode" in text
   assert text.count("\n| tiny") == 6

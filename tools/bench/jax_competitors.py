@@ -2,12 +2,9 @@
 
   python -m tools.bench.jax_competitors --plan PLAN.json --records RECORDS.jsonl
 
-Every competitor is timed the same way: one jitted fori_loop of `calls` calls
-(dispatch amortised), `runs` timed runs, the median per call. Each call's
-operands pass through an optimization_barrier together with the previous
-call's output, so XLA can neither hoist the call out of the loop nor merge the
-calls, and no copy or extra kernel is added. The loop's output buffer is
-donated back as the next run's input, so no run allocates or clears it.
+Every competitor is timed the same way (jax_loop.LoopTimer): jitted fori_loops
+of `calls` calls (dispatch amortised), `runs` timed runs, the median per call;
+the compiled loop is checked for hoisted work and per-call copies first.
 """
 
 from __future__ import annotations
@@ -16,13 +13,12 @@ import argparse
 import functools
 import gc
 import itertools
-import math
-import time
 
 import numpy as np
 
 from tools.bench import shapes as shapes_lib
 from tools.bench import worker_protocol as wp
+from tools.bench.jax_loop import LoopTimer
 
 FWD, DGRAD, WGRAD = shapes_lib.PASSES
 JAX_GEMM_COMPETITORS = ("ours", "lax", "pallas", "dense_jax")
@@ -44,7 +40,6 @@ TRANSPOSED_RAGGED_DOT_CONFIGS = (
     dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
     dict(block_m=64, block_n=128, block_k=64, max_concurrent_steps=6, grid_block_n=1),
 )
-MIN_RUN_SECONDS = 0.01  # a timed run's length (see LoopTimer)
 CHECK_ROWS = 512  # rows of a fwd/dgrad output checked against jax.lax
 CHECK_COLUMNS = 64  # K and N columns of a wgrad output checked against jax.lax
 
@@ -91,63 +86,6 @@ def run_plan(plan: wp.Plan, writer: wp.RecordWriter) -> None:
         _run_competitor(plan, writer, timer, todo, competitor, pass_name, variants, operands)
     del operands
     gc.collect()
-
-
-# --- timing -----------------------------------------------------------------------
-
-class LoopTimer:
-  """Times fn(*operands): the median per call over runs of jitted loops of plan.calls calls.
-
-  A timed run enqueues `repeat` loops back to back (asynchronous dispatch) and
-  waits once, `repeat` chosen so a run lasts MIN_RUN_SECONDS: the host's
-  dispatch and wait then cost well under 1% even where one call takes 0.2 ms.
-  """
-
-  def __init__(self, plan: wp.Plan, on_progress=lambda: None):
-    self.plan = plan
-    self.on_progress = on_progress  # called after each compile and run (the hang watchdog)
-    self._loops = {}  # fn -> its jitted loop, compiled once per operand shapes
-
-  def __call__(self, fn, operands) -> dict:
-    import jax
-    import jax.numpy as jnp
-
-    calls = self.plan.calls
-    if fn not in self._loops:
-      self._loops[fn] = jax.jit(functools.partial(_call_loop, fn, calls), donate_argnums=(1,))
-    loop = self._loops[fn]
-    out_aval = jax.eval_shape(fn, *operands)
-    carry = jnp.zeros(out_aval.shape, out_aval.dtype)
-    start = time.perf_counter()
-    carry = jax.block_until_ready(loop(operands, carry))  # compile and warm up
-    compile_seconds = time.perf_counter() - start
-    self.on_progress()
-    start = time.perf_counter()
-    carry = jax.block_until_ready(loop(operands, carry))
-    one_loop = time.perf_counter() - start
-    repeat = max(1, math.ceil(MIN_RUN_SECONDS / max(one_loop, 1e-9)))
-    wanted = wp.runs_within_budget(self.plan, one_loop * repeat)
-    per_call = []
-    while len(per_call) < wanted:
-      start = time.perf_counter()
-      for _ in range(repeat):
-        carry = loop(operands, carry)
-      jax.block_until_ready(carry)
-      per_call.append((time.perf_counter() - start) / (repeat * calls))
-      self.on_progress()
-    del carry
-    return {**wp.timing_fields(per_call, repeat * calls), "compile_seconds": compile_seconds}
-
-
-def _call_loop(fn, calls, operands, carry):
-  from jax import lax
-
-  def body(_, previous_out):
-    # The barrier makes this call's operands depend on the previous output.
-    args, _ = lax.optimization_barrier((operands, previous_out))
-    return fn(*args)
-
-  return lax.fori_loop(0, calls, body, carry)
 
 
 def _attempt(writer: wp.RecordWriter, key: str, measure) -> None:

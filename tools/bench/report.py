@@ -140,7 +140,8 @@ def markdown(summary: dict) -> str:
             "dense: the faster of jnp.dot and torch.mm on the same FLOPs and layouts. "
             "check: ||ours - jax.lax|| / ||jax.lax|| on a sample of the output "
             f"(fails above {CHECK_TOLERANCE:g})."]
-  notes += _ceiling_notes(summary) + _pallas_notes(rows) + _cut_run_notes(rows, meta["runs"])
+  notes += (_ceiling_notes(summary) + _method_notes(summary) + _pallas_notes(rows)
+            + _cut_run_notes(rows, meta["runs"]))
   if notes:
     lines += ["", "Notes:"] + [f"- {n}" for n in notes]
   return "\n".join(lines) + "\n"
@@ -231,6 +232,16 @@ def _ceiling_notes(summary) -> list:
       counts[(competitor, record["error"])] = counts.get((competitor, record["error"]), 0) + 1
   return [f"{competitor} n/a ({n} {'entry' if n == 1 else 'entries'}): {reason}"
           for (competitor, reason), n in counts.items()]
+
+
+def _method_notes(summary) -> list:
+  """JAX measurements timed unlooped, as XLA compiled both loop chains badly (see jax_loop)."""
+  notes = []
+  for key, record in summary["records"].items():
+    if record.get("method") == "unlooped" and "reused_from" not in record:
+      reasons = "; ".join(f"{k}: {v}" for k, v in record["loops_rejected"].items())
+      notes.append(f"{key.replace('|', ' ')} timed {record.get('method')} ({reasons})")
+  return notes
 
 
 def _pallas_notes(rows) -> list:
