@@ -94,6 +94,49 @@ def test_plan_round_trips_and_slow_competitors_get_fewer_runs():
   assert wp.runs_within_budget(plan, 30.0) == 3  # never fewer than min_runs
 
 
+FAKE_WORKER = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+from tools.bench import worker_protocol as wp
+args = sys.argv[sys.argv.index("--plan"):]
+plan = wp.Plan.from_json(open(args[1]).read())
+writer = wp.RecordWriter(args[3])
+framework = "jax" if "jax" in sys.argv[2] else "torch"
+writer.write("device", framework=framework, device="fake")
+for key in plan.tasks(framework):
+  if key in plan.skip:
+    continue
+  writer.start(key)
+  if key == os.environ["FAKE_HANG_AT"]:
+    time.sleep(600)
+  if key == os.environ["FAKE_POISON_AT"]:
+    writer.result(key, error="RuntimeError: CUDA error: an illegal memory access was encountered")
+    os._exit(wp.POISONED_EXIT_CODE)
+  writer.result(key, seconds=1e-3, runs=3, calls=2)
+"""
+
+
+def test_worker_that_hangs_or_loses_its_context_is_replaced(tmp_path, monkeypatch):
+  """The command's side of the protocol, with a fake worker: no JAX, no GPU."""
+  fake = tmp_path / "fake_worker.py"
+  fake.write_text(FAKE_WORKER.format(root=str(Path(__file__).resolve().parents[1])))
+  python = tmp_path / "python"
+  python.write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
+  python.chmod(0o755)
+  plan = wp.Plan(shapes=[shapes_lib.GroupedGemmShape("s", 64, 64, 64, 2)], passes=["fwd", "dgrad"],
+                 competitors=["ours", "lax", "dense_jax"])
+  monkeypatch.setenv("FAKE_HANG_AT", "s|fwd|lax")
+  monkeypatch.setenv("FAKE_POISON_AT", "s|dgrad|ours")
+  results, devices = grouped_gemm_bench.run_worker("jax", plan, tmp_path, task_timeout_s=2.0,
+                                                   python=str(python))
+  assert set(results) == set(plan.tasks("jax"))
+  assert results["s|fwd|lax"]["error"].startswith("hung")
+  assert "illegal memory access" in results["s|dgrad|ours"]["error"]
+  measured = [k for k, r in results.items() if "seconds" in r]
+  assert sorted(measured) == sorted(set(plan.tasks("jax")) - {"s|fwd|lax", "s|dgrad|ours"})
+  assert len(devices) == 3  # the first worker, and one after each failure
+
+
 def test_loop_report_sees_hoisted_work_and_the_chained_loop_keeps_each_call():
   import functools
 

@@ -13,9 +13,9 @@ two large device copies (bytes read + written).
 
 The competitors run in worker processes, torch's first, then JAX's, one at a
 time (each gets the whole GPU memory and frees it on exit). A worker that
-crashes or hangs (a device-side assert, an illegal address, a deadlock) costs
-only the measurement in flight: it is reported n/a with the reason and a new
-worker carries on past it.
+crashes, hangs or loses its CUDA context (a device-side assert, an illegal
+address, a deadlock) costs only the measurement in flight: it is reported n/a
+with the reason and a new worker carries on past it.
 """
 
 from __future__ import annotations
@@ -131,11 +131,14 @@ def run_worker(framework, plan, out_dir, task_timeout_s, python=sys.executable):
                 f"worker exited with code {returncode}: {_last_line(log_path)}")
       print(f"[{framework}] worker failed ({reason}); in flight: {in_flight}", flush=True)
       restarts += 1
-      if in_flight is None or restarts > MAX_WORKER_RESTARTS:
-        for key in keys:  # it failed outside any measurement, or keeps failing: stop
+      if in_flight is not None:
+        results[in_flight] = {"error": reason}
+      elif returncode != wp.POISONED_EXIT_CODE:  # it failed outside any measurement: give up
+        restarts = MAX_WORKER_RESTARTS + 1
+      if restarts > MAX_WORKER_RESTARTS:
+        for key in keys:
           results.setdefault(key, {"error": reason})
         break
-      results[in_flight] = {"error": reason}
   return results, devices
 
 

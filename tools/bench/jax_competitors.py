@@ -95,6 +95,7 @@ def _attempt(writer: wp.RecordWriter, key: str, measure) -> None:
   except Exception as e:  # one competitor's failure is a table entry, not the end of the run
     print(f"[jax] {key}: n/a ({wp.short_error(e, 160)})", flush=True)
     writer.result(key, error=wp.short_error(e))
+    wp.exit_if_poisoned(e)
   else:
     outcome = (f"{fields['seconds'] * 1e3:.3f} ms/call" if "seconds" in fields else
                f"n/a ({fields.get('error', '')[:160]})")
@@ -247,9 +248,12 @@ def _measure_grouped(plan, timer, competitor, pass_name, shape, operands, pallas
 
 
 def _measure(measure) -> dict:
+  """measure()'s fields, or its error; a lost CUDA context propagates (the worker restarts)."""
   try:
     return measure()
   except Exception as e:
+    if wp.poisons_context(e):
+      raise
     return {"error": wp.short_error(e)}
 
 

@@ -170,7 +170,7 @@ _COMPUTATION_START = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _INSTRUCTION = re.compile(
     r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\((?:[^()]|\([^()]*\))*\)|\S+)\s+([\w\-]+)\((.*)$")
 _ARRAY = re.compile(r"([a-z]+\d*)\[([\d,]*)\]")
-_CALLED = re.compile(r"(?:body|to_apply)=%?([\w.\-]+)")
+_CALLED = re.compile(r"(?:body|to_apply|calls)=%?([\w.\-]+)")
 _TRIVIAL = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "copy-done",
             "call"}
 
@@ -199,16 +199,17 @@ def loop_report(hlo_text: str) -> dict:
 
 
 def _called_closure(computations, roots, follow_loops):
-  """`roots` and the computations they call through `to_apply` (and `body`, if asked)."""
-  pattern = _CALLED if follow_loops else re.compile(r"to_apply=%?([\w.\-]+)")
+  """`roots` and what they call (a command buffer, a call), not fusions; loop bodies if asked."""
   seen, stack = [], [r for r in roots if r in computations]
   while stack:
     name = stack.pop()
     if name in seen:
       continue
     seen.append(name)
-    for _, _, _, rest in computations[name]:
-      stack += [c for c in pattern.findall(rest) if c in computations]
+    for _, _, opcode, rest in computations[name]:
+      if opcode == "fusion" or (opcode == "while" and not follow_loops):
+        continue
+      stack += [c for c in _CALLED.findall(rest) if c in computations]
   return seen
 
 

@@ -122,6 +122,7 @@ def _attempt(writer, key, measure) -> None:
   except Exception as e:
     print(f"[torch] {key}: n/a ({wp.short_error(e, 160)})", flush=True)
     writer.result(key, error=wp.short_error(e))
+    wp.exit_if_poisoned(e)
   else:
     print(f"[torch] {key}: {fields['seconds'] * 1e3:.3f} ms/call", flush=True)
     writer.result(key, **fields)
@@ -160,9 +161,13 @@ def _time_dense_once(writer, timer, todo, pass_name, variants, operands):
   try:
     fields = timer(lambda: torch.mm(lhs, rhs))
   except Exception as e:
-    fields = {"error": wp.short_error(e)}
+    fields, error = {"error": wp.short_error(e)}, e
+  else:
+    error = None
   for key in keys:
     writer.result(key, **fields, **({} if key == keys[0] else {"reused_from": keys[0]}))
+  if error is not None:
+    wp.exit_if_poisoned(error)
 
 
 def _time_copy(timer, nbytes) -> dict:

@@ -38,6 +38,12 @@ COPY_PASS = "-"
 # that measurement starts, as it would on a device-side assert.
 CRASH_AT_ENV = "JGG_BENCH_CRASH_AT"
 CRASH_EXIT_CODE = 86
+# A worker exits with this after recording an error that leaves the CUDA context
+# unusable (every later call would fail too): the command starts a fresh one.
+POISONED_EXIT_CODE = 87
+_POISONING_ERRORS = ("illegal memory access", "illegal address", "device-side assert",
+                     "unspecified launch failure", "misaligned address", "illegal instruction",
+                     "cuda_error_launch_failed", "cuda_error_illegal")
 
 
 def task_key(shape_name: str, pass_name: str, competitor: str) -> str:
@@ -134,6 +140,17 @@ def runs_within_budget(plan: Plan, first_run_seconds: float) -> int:
   if first_run_seconds * plan.runs <= plan.run_budget_s:
     return plan.runs
   return max(plan.min_runs, min(plan.runs, int(plan.run_budget_s / max(first_run_seconds, 1e-9))))
+
+
+def poisons_context(exc: BaseException) -> bool:
+  """Whether the error is a kernel fault after which the process's CUDA context is lost."""
+  text = str(exc).lower()
+  return any(pattern in text for pattern in _POISONING_ERRORS)
+
+
+def exit_if_poisoned(exc: BaseException) -> None:
+  if poisons_context(exc):
+    os._exit(POISONED_EXIT_CODE)
 
 
 def short_error(exc: BaseException, limit: int = 300) -> str:
