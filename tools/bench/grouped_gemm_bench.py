@@ -79,7 +79,7 @@ def run_benchmark(shapes, passes=shapes_lib.PASSES, competitors=wp.COMPETITORS,
       min_runs=3 if not quick else 2, check=check, copy_bytes=int(copy_gib * (1 << 30)),
       pallas_configs=pallas_configs or (1 if quick else 3))
   started = datetime.datetime.now(datetime.timezone.utc)
-  results, devices = {}, []
+  results, devices, markdown = {}, [], ""
   for framework in WORKERS:
     if not plan.tasks(framework):
       continue
@@ -88,23 +88,28 @@ def run_benchmark(shapes, passes=shapes_lib.PASSES, competitors=wp.COMPETITORS,
     worker_results, worker_devices = run_worker(framework, plan, out_dir, timeout, python)
     results.update(worker_results)
     devices += worker_devices
-  summary = report.build(plan, results, devices, command=command, started=started,
-                         wall_seconds=(datetime.datetime.now(datetime.timezone.utc)
-                                       - started).total_seconds())
-  return report.write_all(summary, out_dir)
+    # Written after each worker, so a run cut short still leaves its results.
+    elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
+    summary = report.build(plan, results, devices, command=command, started=started,
+                           wall_seconds=elapsed)
+    markdown = report.write_all(summary, out_dir)
+  return markdown
 
 
 def run_worker(framework, plan, out_dir, task_timeout_s, python=sys.executable):
   """Runs one framework's worker until each of its tasks has a result (or an error).
 
-  The worker's stderr goes to OUT/worker_FRAMEWORK.log; its plan and records
-  live in a temporary folder (results.json keeps every record that matters).
+  The worker's stderr goes to OUT/worker_FRAMEWORK.log and its records to
+  OUT/records_FRAMEWORK.jsonl (raw, as measured: what a run cut short leaves);
+  its plan lives in a temporary folder.
   """
   keys = plan.tasks(framework)
   log_path = Path(out_dir) / f"worker_{framework}.log"
-  log_path.unlink(missing_ok=True)
+  records_path = Path(out_dir) / f"records_{framework}.jsonl"
+  for path in (log_path, records_path):
+    path.unlink(missing_ok=True)
   with tempfile.TemporaryDirectory(prefix=f"bench_{framework}_") as scratch:
-    plan_path, records_path = Path(scratch) / "plan.json", Path(scratch) / "records.jsonl"
+    plan_path = Path(scratch) / "plan.json"
     results, devices, seen, restarts = {}, [], 0, 0
     while any(k not in results for k in keys):
       done = [k for k in keys if k in results]
@@ -207,7 +212,8 @@ def _parse_args(argv):
                       help=f"default all: {', '.join(wp.COMPETITORS)} (dense, copy: both "
                            "frameworks')")
   parser.add_argument("--out", default="bench_results",
-                      help="directory for results.json, results.md, chart.png and worker logs")
+                      help="directory for results.json, results.md, chart.png, worker logs and "
+                           "raw records")
   parser.add_argument("--quick", action="store_true",
                       help="smoke test: 2 calls x 3 runs, one Pallas config")
   parser.add_argument("--check", action="store_true",

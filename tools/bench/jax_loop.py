@@ -93,7 +93,7 @@ class LoopTimer:
     smallest = min(_nbytes(o) for o in operands)
     order = ((OPERAND_CHAIN, OUTPUT_CHAIN) if smallest <= SMALL_OPERAND_BYTES else
              (OUTPUT_CHAIN, OPERAND_CHAIN))
-    carry = self._zeros_like_output(fn, operands)
+    carry = jax.eval_shape(fn, *operands)  # lowering needs only its type
     call_bytes = sum(_nbytes(o) for o in operands) + _nbytes(carry)
     rejected = {}
     for strategy in order:
@@ -127,7 +127,7 @@ def call_loop(fn, calls, strategy, operands, carry):
   """`calls` calls of fn in one fori_loop, chained by `strategy` (see the module doc)."""
   from jax import lax
 
-  target = min(range(len(operands)), key=lambda i: operands[i].size)
+  target = min(range(len(operands)), key=lambda i: _nbytes(operands[i]))
 
   def body(_, state):
     args, previous_out = state
@@ -149,7 +149,7 @@ def never_held(dtype):
 
 
 def _nbytes(array) -> int:
-  return int(array.size) * array.dtype.itemsize
+  return math.prod(array.shape) * array.dtype.itemsize
 
 
 def _loop_problem(report, call_bytes):

@@ -177,7 +177,7 @@ def _time_copy(timer, nbytes) -> dict:
   target = torch.empty_like(source)
   fields = timer(functools.partial(target.copy_, source))
   return {**fields, "bytes_moved": 2 * source.numel() * 4,
-          "method": "Tensor.copy_ (read + write)"}
+          "copy_method": "Tensor.copy_ (read + write)"}
 
 
 if __name__ == "__main__":
