@@ -1,0 +1,29 @@
+"""tools/bench/moe_bench.py end to end on a tiny block (CPU, seconds); the numbers come from
+the GPU run (`PYTHONPATH=python python3 -m tools.bench.moe_bench`)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools.bench
+
+from tools.bench import moe_bench  # noqa: E402
+
+
+def test_anchor_blocks_are_the_anchor_gemms_read_as_moe_layers():
+  blocks = {b.name: b for b in moe_bench.block_shapes()}
+  assert blocks["mixtral"].tokens * blocks["mixtral"].top_k == 16384
+  assert (blocks["qwen3-30b"].d_model, blocks["qwen3-30b"].d_ff, blocks["qwen3-30b"].experts) == (
+      2048, 768, 128)
+
+
+def test_tiny_block_runs_checks_and_reports(tmp_path):
+  block = moe_bench.BlockShape("tiny", tokens=48, d_model=32, d_ff=64, experts=4, top_k=2)
+  summary = moe_bench.run([block], moe_bench.BACKENDS, calls=2, runs=2, log=lambda _: None)
+  rows = {r["backend"]: r for r in summary["rows"]}
+  assert rows["ours"]["check_rel_err"] < moe_bench.CHECK_TOLERANCE
+  for backend in ("ours", "lax"):
+    assert rows[backend]["seconds"] > 0 and rows[backend]["runs"] == 2
+    assert rows[backend]["hoisted"] == []
+  assert "error" in rows["pallas"]  # Mosaic GPU: n/a on the CPU, reported, not raised
+  table = moe_bench.markdown(summary)
+  assert "| tiny (48, 32, 64, 4, 2) |" in table and "n/a" in table
