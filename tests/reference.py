@@ -69,5 +69,6 @@ def on_cpu(fn, *args, **kwargs):
   layouts; on the CPU it is exact f32."""
   import jax  # the reference module is otherwise NumPy-only
   cpu = jax.devices("cpu")[0]
+  to_cpu = lambda x: jax.device_put(x, cpu) if isinstance(x, jax.Array) else x
   with jax.default_device(cpu):
-    return fn(*jax.device_put(args, cpu), **kwargs)
+    return fn(*map(to_cpu, args), **kwargs)
