@@ -24,21 +24,22 @@ FWD, DGRAD, WGRAD = shapes_lib.PASSES
 JAX_GEMM_COMPETITORS = ("ours", "lax", "pallas", "dense_jax")
 
 # Pallas block configurations, in the order tried: the first `plan.pallas_configs`
-# that fit a pass's dimensions are timed on its first routing, the fastest is
-# kept for the others. 128x128 tiles with a 4-deep pipeline is the usual Hopper
-# sweet spot; grid_block_n=4 walks tiles in bands for L2 reuse of the weights;
-# 64-row tiles waste less on small groups (qwen3, decode, Zipf tails).
+# (default 2, to keep the default run near 5 minutes) that fit a pass's
+# dimensions are timed on its first routing, and the fastest is kept for the
+# others. 128x128 tiles with a 4-deep pipeline is the usual Hopper sweet spot;
+# 64-row tiles waste less on small groups (qwen3, decode, Zipf tails);
+# grid_block_n=4 walks tiles in bands for L2 reuse of the weights.
 RAGGED_DOT_CONFIGS = (
     dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=1),
-    dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
     dict(block_m=64, block_n=128, block_k=64, max_concurrent_steps=6, grid_block_n=1),
+    dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
     dict(block_m=128, block_n=192, block_k=64, max_concurrent_steps=4, grid_block_n=1),
     dict(block_m=128, block_n=64, block_k=64, max_concurrent_steps=6, grid_block_n=1),
 )
 TRANSPOSED_RAGGED_DOT_CONFIGS = (
     dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=1),
-    dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
     dict(block_m=64, block_n=128, block_k=64, max_concurrent_steps=6, grid_block_n=1),
+    dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
 )
 CHECK_ROWS = 512  # rows of a fwd/dgrad output checked against jax.lax
 CHECK_COLUMNS = 64  # K and N columns of a wgrad output checked against jax.lax
