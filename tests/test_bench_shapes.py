@@ -137,6 +137,78 @@ def test_worker_that_hangs_or_loses_its_context_is_replaced(tmp_path, monkeypatc
   assert len(devices) == 3  # the first worker, and one after each failure
 
 
+STAND_IN_TORCH = """
+# Just enough of torch's API, on NumPy, for the torch worker's code paths.
+import time
+import numpy as np
+__version__ = "stand-in"
+bfloat16, int32 = "bfloat16", "int32"
+class version:
+  cuda = "none"
+class Tensor:
+  def __init__(self, a): self.a = a
+  def t(self): return Tensor(self.a.T)
+  def transpose(self, i, j): return Tensor(np.swapaxes(self.a, i, j))
+  def clone(self): return Tensor(self.a.copy())
+  def __getitem__(self, i): return Tensor(self.a[i])
+  def numel(self): return self.a.size
+  def random_(self):
+    self.a[...] = np.arange(self.a.size).reshape(self.a.shape)
+    return self
+  def copy_(self, other):
+    self.a[...] = other.a
+    return self
+class Generator:
+  def __init__(self, device): pass
+  def manual_seed(self, seed):
+    self.rng = np.random.default_rng(seed)
+    return self
+def randn(*shape, generator, device, dtype): return Tensor(generator.rng.standard_normal(shape))
+def empty(n, dtype, device): return Tensor(np.zeros(n, np.int64))
+def empty_like(t): return Tensor(np.zeros_like(t.a))
+def as_tensor(a, dtype, device):
+  assert dtype == int32
+  return Tensor(np.asarray(a, np.int32))
+def mm(a, b): return Tensor(a.a @ b.a)
+def _grouped_mm(a, b, offs):  # the documented layouts: 2D x 3D (ragged M) and 2D x 2D (ragged K)
+  ends = offs.a
+  starts = np.concatenate([[0], ends[:-1]])
+  if b.a.ndim == 3:
+    out = np.zeros((a.a.shape[0], b.a.shape[2]))
+    for g, (s, e) in enumerate(zip(starts, ends)):
+      out[s:e] = a.a[s:e] @ b.a[g]
+    return Tensor(out)
+  return Tensor(np.stack([a.a[:, s:e] @ b.a[s:e] for s, e in zip(starts, ends)]))
+class cuda:
+  is_available = staticmethod(lambda: True)
+  get_device_name = staticmethod(lambda: "stand-in GPU")
+  synchronize = staticmethod(lambda: None)
+  empty_cache = staticmethod(lambda: None)
+  class Event:
+    def __init__(self, enable_timing): pass
+    def record(self): self.t = time.perf_counter()
+    def synchronize(self): pass
+    def elapsed_time(self, end): return (end.t - self.t) * 1e3
+"""
+
+
+def test_torch_worker_runs_against_a_stand_in_torch(tmp_path, monkeypatch):
+  """torch is not installed here: a NumPy stand-in checks the worker's calls and layouts."""
+  (tmp_path / "torch").mkdir()
+  (tmp_path / "torch" / "__init__.py").write_text(STAND_IN_TORCH)
+  monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+  shape = shapes_lib.GroupedGemmShape("s", 40, 16, 24, 3, routing="zipf")
+  plan = wp.Plan(shapes=[shape], passes=list(shapes_lib.PASSES),
+                 competitors=["torch", "dense_torch", "copy_torch"], calls=2, runs=3,
+                 copy_bytes=4096)
+  results, devices = grouped_gemm_bench.run_worker("torch", plan, tmp_path, task_timeout_s=60)
+  assert [d["device"] for d in devices] == ["stand-in GPU"]
+  assert set(results) == set(plan.tasks("torch"))
+  for key, record in results.items():
+    assert record.get("seconds", 0) > 0, (key, record)
+  assert results["copy|-|copy_torch"]["bytes_moved"] == 2 * 4096
+
+
 def test_loop_report_sees_hoisted_work_and_the_chained_loop_keeps_each_call():
   import functools
 

@@ -31,7 +31,6 @@ import time
 from tools.bench import worker_protocol as wp
 
 OPERAND_CHAIN, OUTPUT_CHAIN, UNLOOPED = "operand-chain", "output-chain", "unlooped"
-MIN_RUN_SECONDS = 0.01  # a timed run's length: host dispatch and wait stay well under 1%
 LOOP_COPY_TOLERANCE = 0.01  # body copies allowed, as a fraction of a call's operand+output bytes
 HOISTED_BYTES = 1 << 20  # work outside the loop counts from this size up
 SMALL_OPERAND_BYTES = 1 << 20  # an operand this small is chained first (operand-chain)
@@ -41,7 +40,7 @@ class LoopTimer:
   """Times fn(*operands): the median per call over runs of jitted loops of plan.calls calls.
 
   A timed run enqueues `repeat` loops back to back (asynchronous dispatch) and
-  waits once, `repeat` chosen so a run lasts MIN_RUN_SECONDS.
+  waits once, `repeat` chosen so a run lasts wp.MIN_RUN_SECONDS.
   """
 
   def __init__(self, plan: wp.Plan, on_progress=lambda: None):
@@ -61,7 +60,7 @@ class LoopTimer:
     start = time.perf_counter()
     carry = jax.block_until_ready(run(carry))
     one_loop = time.perf_counter() - start
-    repeat = max(1, math.ceil(MIN_RUN_SECONDS / max(one_loop, 1e-9)))
+    repeat = max(1, math.ceil(wp.MIN_RUN_SECONDS / max(one_loop, 1e-9)))
     wanted = wp.runs_within_budget(self.plan, one_loop * repeat)
     per_call = []
     while len(per_call) < wanted:

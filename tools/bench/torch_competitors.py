@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import math
 
 import numpy as np
 
@@ -89,7 +90,11 @@ def run_plan(plan: wp.Plan, writer: wp.RecordWriter) -> None:
 
 
 class EventTimer:
-  """Median seconds per call of `call()` over runs of plan.calls calls between CUDA events."""
+  """Median seconds per call of `call()` over runs of calls between two CUDA events.
+
+  A run is plan.calls calls, repeated until it lasts wp.MIN_RUN_SECONDS, so the
+  host's latency before the first kernel of a run stays well under 1%.
+  """
 
   def __init__(self, plan: wp.Plan):
     self.plan = plan
@@ -100,19 +105,23 @@ class EventTimer:
     for _ in range(WARMUP_CALLS):
       call()
     torch.cuda.synchronize()
-    calls, per_call, wanted = self.plan.calls, [], self.plan.runs
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    while len(per_call) < wanted:
-      start.record()
-      for _ in range(calls):
-        call()
-      end.record()
-      end.synchronize()
-      elapsed = start.elapsed_time(end) / 1e3
-      if not per_call:
-        wanted = wp.runs_within_budget(self.plan, elapsed)
-      per_call.append(elapsed / calls)
+    one_run = self._time(call, self.plan.calls)
+    calls = self.plan.calls * max(1, math.ceil(wp.MIN_RUN_SECONDS / max(one_run, 1e-9)))
+    wanted = wp.runs_within_budget(self.plan, one_run * calls / self.plan.calls)
+    per_call = [self._time(call, calls) / calls for _ in range(wanted)]
     return wp.timing_fields(per_call, calls)
+
+  @staticmethod
+  def _time(call, calls) -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+      call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
 
 
 def _attempt(writer, key, measure) -> None:
