@@ -1,0 +1,80 @@
+// The CUDA MXFP8 kernels (xla_plugin/kernels/cuda/mxfp8_kernels.cuh), unchanged, run on the CPU
+// through simt_shim.h; C entry points for tests/test_mxfp8_emulated.py (ctypes).
+#include "tests/emulation/simt_shim.h"
+#include "xla_plugin/kernels/cuda/mxfp8_kernels.cuh"
+
+namespace {
+
+using namespace jgg::cuda::mxfp8_kernels;  // NOLINT
+
+struct EmulatedQuantize {
+  const jgg::mxfp8::QuantizeProblem& p;
+  const jgg::mxfp8::QuantizeOperands& o;
+  template <typename In, bool kRow, bool kCol, jgg::mxfp8::Fp8Format kFormat>
+  int Run() {
+    const Grid grid = QuantizeGrid(p, o, Strip<In>::kCount);
+    const int threads = static_cast<int>(grid.tile_cols / Strip<In>::kCount);
+    const bool swizzled = p.swizzled;
+    simt::Launch(grid.data_tiles + TailChunks(grid), threads, [&] {
+      QuantizeKernel<In, kRow, kCol, kFormat>(grid, o, swizzled);
+    });
+    return threads;
+  }
+};
+
+struct EmulatedDequantize {
+  const jgg::mxfp8::DequantizeProblem& p;
+  const jgg::mxfp8::DequantizeOperands& o;
+  template <typename Out, jgg::mxfp8::Fp8Format kFormat>
+  int Run() {
+    constexpr int kVec = 16 / sizeof(Out);
+    const Grid grid = DequantizeGrid(p, o, kVec);
+    const int threads = static_cast<int>(grid.tile_cols / kVec);
+    simt::Launch(grid.data_tiles, threads, [&] {
+      DequantizeKernel<Out, kFormat>(grid, o, p.colwise, p.swizzled);
+    });
+    return threads;
+  }
+};
+
+jgg::mxfp8::GroupedShape Shape(int layout, int64_t groups, int64_t rows, int64_t cols) {
+  return {static_cast<jgg::mxfp8::GroupedLayout>(layout), groups, rows, cols};
+}
+
+}  // namespace
+
+// Returns the CTA width used (threads), for the tests' coverage checks.
+extern "C" int EmulateMxfp8Quantize(int layout, int64_t groups, int64_t rows, int64_t cols,
+                                    int in_type, int format, int rowwise, int colwise, int swizzled,
+                                    const void* x, const int32_t* group_sizes, uint8_t* row_data,
+                                    uint8_t* row_scales, uint8_t* col_data, uint8_t* col_scales) {
+  const auto shape = Shape(layout, groups, rows, cols);
+  const jgg::mxfp8::QuantizeProblem p{shape,
+                                      static_cast<jgg::ElementType>(in_type),
+                                      static_cast<jgg::mxfp8::Fp8Format>(format),
+                                      rowwise != 0,
+                                      colwise != 0,
+                                      swizzled != 0,
+                                      jgg::mxfp8::ScaleBufferBytes(shape)};
+  const jgg::mxfp8::QuantizeOperands o{x, group_sizes, rowwise ? row_data : nullptr,
+                                       rowwise ? row_scales : nullptr, colwise ? col_data : nullptr,
+                                       colwise ? col_scales : nullptr};
+  EmulatedQuantize launch{p, o};
+  return DispatchQuantize(p, launch);
+}
+
+extern "C" int EmulateMxfp8Dequantize(int layout, int64_t groups, int64_t rows, int64_t cols,
+                                      int format, int colwise, int swizzled, int out_type,
+                                      const uint8_t* data, const uint8_t* scales,
+                                      const int32_t* group_sizes, void* out) {
+  const auto shape = Shape(layout, groups, rows, cols);
+  const jgg::mxfp8::DequantizeProblem p{shape,
+                                        static_cast<jgg::mxfp8::Fp8Format>(format),
+                                        colwise != 0,
+                                        swizzled != 0,
+                                        static_cast<jgg::ElementType>(out_type),
+                                        jgg::mxfp8::ScaleBufferBytes(shape)};
+  const jgg::mxfp8::DequantizeOperands o{data, scales, group_sizes, out};
+  EmulatedDequantize launch{p, o};
+  return DispatchDequantize(p, launch);
+}

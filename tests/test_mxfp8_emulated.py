@@ -1,0 +1,204 @@
+"""The CUDA MXFP8 kernels, run on the CPU under a SIMT emulator, against the CPU kernels.
+
+tests/emulation/ compiles xla_plugin/kernels/cuda/mxfp8_kernels.cuh unchanged with g++ (one
+std::thread per CUDA thread, barriers for __syncthreads and warp shuffles, NVIDIA's host
+reference of the fp8 conversions), so CI without a GPU still checks the CUDA kernels' tiling,
+in-kernel group prefix sums, 16-byte vector and scalar paths and scale-padding ownership. The
+hardware instructions themselves are checked on the GPU (test_mxfp8*.py run there unchanged).
+Outputs are poisoned (0xFF) before each emulated launch.
+"""
+
+import ctypes
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_grouped_gemm as jgg
+from jax_grouped_gemm import _native
+from jax_grouped_gemm.mxfp8.tensor import LAYOUT_CODES
+
+mxfp8 = jgg.mxfp8
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SOURCES = [ROOT / "tests/emulation/mxfp8_emulated.cc", ROOT / "tests/emulation/simt_shim.h",
+           ROOT / "xla_plugin/kernels/cuda/mxfp8_kernels.cuh"] + sorted(
+               (ROOT / "xla_plugin/common").glob("*.h"))
+IN_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
+FP8_CODES = {"float8_e4m3fn": 0, "float8_e5m2": 1}
+
+
+def _cuda_include_dir():
+  for candidate in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+    if candidate and (pathlib.Path(candidate) / "include/cuda_fp8.h").exists():
+      return pathlib.Path(candidate) / "include"
+  nvcc = shutil.which("nvcc")
+  if nvcc:
+    include = pathlib.Path(nvcc).resolve().parents[1] / "include"
+    if (include / "cuda_fp8.h").exists():
+      return include
+  return None
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+  include = _cuda_include_dir()
+  if include is None or shutil.which("g++") is None:
+    pytest.skip("needs g++ and the CUDA headers (cuda_fp8.h)")
+  digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES)).hexdigest()[:16]
+  library = tmp_path_factory.mktemp("mxfp8_emulation") / f"mxfp8_emulated_{digest}.so"
+  subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared",
+                  f"-I{ROOT}", f"-I{include}", str(SOURCES[0]), "-o", str(library), "-lpthread"],
+                 check=True, capture_output=True, text=True)
+  lib = ctypes.CDLL(str(library))
+  i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+  lib.EmulateMxfp8Quantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32, i32] + [ptr] * 6
+  lib.EmulateMxfp8Dequantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32] + [ptr] * 4
+  return lib
+
+
+def _address(a):
+  return None if a is None else a.ctypes.data
+
+
+def _misaligned_copy(x):
+  """x in a buffer whose data starts 2 bytes past a 16-byte boundary (forces scalar paths)."""
+  raw = np.empty(x.nbytes + 32, np.uint8)
+  start = (-raw.ctypes.data) % 16 + 2
+  view = raw[start:start + x.nbytes].view(x.dtype).reshape(x.shape)
+  view[...] = x
+  return view
+
+
+def _call_dims(q_layout, shape, group_sizes):
+  if q_layout == "dense":
+    return 1, shape[0], shape[1]
+  if q_layout in ("same_dims", "varying_both"):
+    return shape
+  return len(group_sizes), shape[0], shape[1]
+
+
+def emulate(emulator, x, group_sizes, layout, fp8_dtype, rowwise, colwise, swizzled, aligned=True):
+  """(row data, row scales, col data, col scales) of the emulated CUDA quantize."""
+  code = LAYOUT_CODES[layout]
+  groups, rows, cols = _call_dims(layout, x.shape, group_sizes)
+  scale_bytes = _native.mxfp8_scale_bytes(code, groups, rows, cols)
+  poisoned = lambda shape: np.full(shape, 0xFF, np.uint8)
+  out = [poisoned(x.shape) if rowwise else None, poisoned(scale_bytes) if rowwise else None,
+         poisoned(x.shape) if colwise else None, poisoned(scale_bytes) if colwise else None]
+  x = np.ascontiguousarray(x) if aligned else _misaligned_copy(x)
+  sizes = None if group_sizes is None else np.ascontiguousarray(group_sizes, np.int32)
+  threads = emulator.EmulateMxfp8Quantize(
+      code, groups, rows, cols, IN_CODES[x.dtype.name], FP8_CODES[jnp.dtype(fp8_dtype).name],
+      rowwise, colwise, swizzled, _address(x), _address(sizes), *map(_address, out))
+  return out, threads
+
+
+def emulate_dequantize(emulator, q, out_dtype, colwise):
+  data, scales = (np.asarray(a) for a in q.orientation(colwise))
+  data = np.ascontiguousarray(data.view(np.uint8))
+  sizes = None if q.group_sizes is None else np.asarray(q.group_sizes, np.int32)
+  groups, rows, cols = _call_dims(q.layout, q.shape, sizes)
+  out = np.full(q.shape, np.nan, out_dtype)
+  emulator.EmulateMxfp8Dequantize(LAYOUT_CODES[q.layout], groups, rows, cols,
+                                  FP8_CODES[q.dtype.name], colwise, q.scale_layout == "swizzled",
+                                  IN_CODES[jnp.dtype(out_dtype).name], data.ctypes.data,
+                                  scales.ctypes.data, _address(sizes), out.ctypes.data)
+  return out
+
+
+def _values(seed, shape, dtype):
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape))
+  x[rng.random(shape) < 0.05] = 0.0
+  x[rng.random(shape) < 0.01] = np.nan
+  x.reshape(-1)[:3] = [np.inf, -np.inf, 2.0 ** -140]
+  return x.astype(dtype)
+
+
+def _sizes_pairs():
+  return np.stack([[0, 1, 31, 33, 127, 129, 300, 70], [5, 0, 33, 129, 1, 31, 150, 90]], axis=1)
+
+
+EDGE_SIZES = [0, 1, 31, 33, 127, 129, 0, 700]
+CASES = {
+    # name: (layout, shape, input dtype, group sizes)
+    "dense_vector": ("dense", (64, 256), "bfloat16", None),
+    "dense_scalar_stride": ("dense", (100, 300), "bfloat16", None),
+    "dense_f32": ("dense", (70, 96), "float32", None),
+    "dense_two_col_tiles": ("dense", (33, 1030), "float16", None),
+    "same_dims": ("same_dims", (3, 65, 136), "bfloat16", None),
+    "varying_first": ("varying_first", (1100, 64), "bfloat16", EDGE_SIZES),
+    "varying_first_odd": ("varying_first", (1100, 45), "float32", EDGE_SIZES),
+    "varying_last": ("varying_last", (40, 1104), "bfloat16", EDGE_SIZES),
+    "varying_both": ("varying_both", (8, 160, 152), "float16", _sizes_pairs()),
+    # More groups (80) than the CTA has threads (32): the prefix sums run in chunks.
+    "many_groups": ("varying_first", (300, 40), "bfloat16",
+                    np.random.default_rng(0).integers(-2, 9, size=80)),
+}
+
+
+def _library_quantize(x, sizes, layout, fp8_dtype, rowwise, colwise, scale_layout):
+  axis = 1 if layout == "varying_last" else 0
+  cpu = jax.devices("cpu")[0]
+  x = jax.device_put(jnp.asarray(x), cpu)
+  sizes = None if sizes is None else jax.device_put(jnp.asarray(sizes, jnp.int32), cpu)
+  return mxfp8.quantize(x, sizes, ragged_axis=axis, rowwise=rowwise, colwise=colwise,
+                        dtype=fp8_dtype, scale_layout=scale_layout)
+
+
+def _assert_same(emulated, q):
+  row_data, row_scales, col_data, col_scales = emulated
+  for got, want in ((row_data, q.data), (row_scales, q.scale_inv), (col_data, q.colwise_data),
+                    (col_scales, q.colwise_scale_inv)):
+    if want is None:
+      assert got is None
+      continue
+    want = np.asarray(want).view(np.uint8)
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, f"{bad.shape[0]} bytes differ, first at {bad[0]}: {got[tuple(bad[0])]:#x} vs {want[tuple(bad[0])]:#x}"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_emulated_cuda_kernels_equal_the_cpu_kernels(emulator, case):
+  layout, shape, in_dtype, sizes = CASES[case]
+  x = _values(len(case), shape, jnp.dtype(in_dtype))
+  for fp8_dtype, (rowwise, colwise), scale_layout in (
+      (jnp.float8_e4m3fn, (True, True), "compact"),
+      (jnp.float8_e5m2, (True, True), "swizzled"),
+      (jnp.float8_e4m3fn, (True, False), "swizzled"),
+      (jnp.float8_e5m2, (False, True), "compact")):
+    q = _library_quantize(x, sizes, layout, fp8_dtype, rowwise, colwise, scale_layout)
+    emulated, _ = emulate(emulator, x, sizes, layout, fp8_dtype, rowwise, colwise,
+                          scale_layout == "swizzled")
+    _assert_same(emulated, q)
+    for c in [c for c in (False, True) if (rowwise, colwise)[c]]:
+      for out_dtype in (np.float32, jnp.bfloat16):
+        got = emulate_dequantize(emulator, q, jnp.dtype(out_dtype), c)
+        want = np.asarray(mxfp8.dequantize(q, out_dtype, colwise=c))
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("in_dtype", ["float32", "bfloat16", "float16"])
+def test_emulated_unaligned_input_takes_the_scalar_path(emulator, in_dtype):
+  x = _values(9, (96, 128), jnp.dtype(in_dtype))
+  sizes = [40, 0, 50]
+  q = _library_quantize(x, sizes, "varying_first", jnp.float8_e4m3fn, True, True, "compact")
+  emulated, _ = emulate(emulator, x, sizes, "varying_first", jnp.float8_e4m3fn, True, True, False,
+                        aligned=False)
+  _assert_same(emulated, q)
+
+
+def test_emulation_covers_several_cta_widths(emulator):
+  """The cases above run 32-, 64- and 128-thread CTAs (more groups than threads included)."""
+  widths = set()
+  for case in ("dense_vector", "dense_two_col_tiles", "varying_last", "many_groups"):
+    layout, shape, in_dtype, sizes = CASES[case]
+    x = _values(1, shape, jnp.dtype(in_dtype))
+    widths.add(emulate(emulator, x, sizes, layout, jnp.float8_e4m3fn, True, False, False)[1])
+  assert {32, 128} <= widths
