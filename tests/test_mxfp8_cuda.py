@@ -1,0 +1,135 @@
+"""GPU-only MXFP8 checks: the CUDA kernels equal the CPU kernels byte for byte on large and
+awkward inputs (hardware cvt vs integer rounding, vector vs scalar paths, many CTAs), and are
+captured in XLA command buffers and replayed with new group sizes.
+
+(test_mxfp8*.py also run on the GPU unchanged, against the NumPy reference.) Under
+compute-sanitizer: see tools/bench/mxfp8_bench.py's docstring for the command.
+"""
+
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_grouped_gemm as jgg
+from jax_grouped_gemm import _native
+from conftest import requires_gpu
+
+mxfp8 = jgg.mxfp8
+
+
+def _values(seed, shape, dtype):
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(shape, np.float32) * np.exp2(rng.integers(-40, 40, shape)).astype(np.float32)
+  x[rng.random(shape) < 0.03] = 0.0
+  x[rng.random(shape) < 0.002] = np.nan
+  flat = x.reshape(-1)
+  flat[:4] = [np.inf, -np.inf, 2.0 ** -140, -0.0]
+  with np.errstate(over="ignore"):
+    return x.astype(dtype)
+
+
+def _on(device, x, sizes, **kw):
+  x = jax.device_put(jnp.asarray(x), device)
+  sizes = None if sizes is None else jax.device_put(jnp.asarray(sizes, jnp.int32), device)
+  q = mxfp8.quantize(x, sizes, **kw)
+  outs = {"q": q}
+  for c in (False, True):
+    if (q.colwise if c else q.rowwise):
+      outs[f"deq_{c}"] = mxfp8.dequantize(q, jnp.float32, colwise=c)
+      outs[f"deq_bf16_{c}"] = mxfp8.dequantize(q, jnp.bfloat16, colwise=c)
+  return outs
+
+
+def _bytes(a):
+  a = np.asarray(a)
+  return a.view(np.uint8)
+
+
+def _assert_cpu_equals_gpu(x, sizes, **kw):
+  cpu = _on(jax.devices("cpu")[0], x, sizes, **kw)
+  gpu = _on(jax.devices("gpu")[0], x, sizes, **kw)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(cpu), jax.tree.leaves(gpu)):
+    np.testing.assert_array_equal(_bytes(b), _bytes(a), err_msg=jax.tree_util.keystr(path))
+
+
+CASES = {
+    # name: (shape, sizes, ragged_axis)
+    "activations_bf16": ((4096, 2048), [1000, 0, 1, 31, 33, 127, 129, 2000], 0),
+    "odd_columns": ((1000, 333), [500, 0, 499], 0),
+    "varying_last": ((96, 4104), [1, 2000, 33, 0, 2000], 1),
+    "weights_stack": ((4, 512, 768), None, 0),
+    "varying_both": ((3, 300, 520), [[300, 520], [17, 7], [129, 300]], 0),
+    "many_groups": ((20000, 256), list(np.random.default_rng(0).integers(0, 150, 256)), 0),
+}
+
+
+@requires_gpu
+@pytest.mark.parametrize("in_dtype", [jnp.bfloat16, jnp.float32, jnp.float16],
+                         ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("case", CASES)
+def test_cuda_equals_cpu_byte_for_byte(case, in_dtype):
+  shape, sizes, axis = CASES[case]
+  x = _values(len(case), shape, in_dtype)
+  for fp8, rowwise, colwise, scale_layout in (
+      (jnp.float8_e4m3fn, True, True, "compact"), (jnp.float8_e5m2, True, True, "swizzled"),
+      (jnp.float8_e4m3fn, True, False, "swizzled"), (jnp.float8_e4m3fn, False, True, "compact")):
+    _assert_cpu_equals_gpu(x, sizes, ragged_axis=axis, rowwise=rowwise, colwise=colwise,
+                           scale_layout=scale_layout, dtype=fp8)
+
+
+@requires_gpu
+def test_every_float32_bit_pattern_class_cpu_equals_gpu():
+  rng = np.random.default_rng(1)
+  x = rng.integers(0, 1 << 32, size=(2048, 512), dtype=np.uint64).astype(np.uint32).view(np.float32)
+  for fp8 in (jnp.float8_e4m3fn, jnp.float8_e5m2):
+    _assert_cpu_equals_gpu(x, None, rowwise=True, colwise=True, dtype=fp8)
+
+
+# Run in a fresh process: XLA_FLAGS are read once, when the backend starts.
+_COMMAND_BUFFER_SCRIPT = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    import jax_grouped_gemm as jgg
+    mx = jgg.mxfp8
+
+    def mxfp8_step(x, sizes):
+      q = mx.quantize(x, sizes, rowwise=True, colwise=True, scale_layout="swizzled")
+      return q, mx.dequantize(q, jnp.bfloat16), mx.dequantize(q, jnp.float32, colwise=True)
+
+    step = jax.jit(mxfp8_step)
+    cpu = jax.devices("cpu")[0]
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((1024, 512)), jnp.bfloat16)
+    for sizes in ([256, 256, 256, 256], [1024, 0, 0, 0], [0, 0, 0, 0], [10, 700, 0, 3],
+                  [-4, 2000, 1, 1]):
+      sizes = jnp.asarray(sizes, jnp.int32)
+      got = step(x, sizes)
+      want = step(jax.device_put(x, cpu), jax.device_put(sizes, cpu))  # runs where its inputs are
+      for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+    print("replays ok")
+""")
+
+
+@requires_gpu
+def test_captured_in_command_buffer_and_replays_with_new_group_sizes(tmp_path):
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = (f"--xla_dump_to={tmp_path} --xla_dump_hlo_as_text "
+                      "--xla_gpu_graph_min_graph_size=1")
+  result = subprocess.run([sys.executable, "-c", _COMMAND_BUFFER_SCRIPT], env=env,
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-4000:]
+  assert "replays ok" in result.stdout
+  dumps = glob.glob(str(tmp_path / "*mxfp8_step*thunk_sequence_after_thunk_passes.txt"))
+  assert dumps, os.listdir(tmp_path)
+  text = open(dumps[0]).read()
+  assert "kCommandBuffer" in text
+  ours = [line for line in text.splitlines() if "kCustomCall" in line]
+  assert len(ours) >= 3 and all(line.startswith((" ", "\t")) for line in ours), text[:3000]
+  assert _native.MXFP8_QUANTIZE_TARGET and _native.CUDA_BUILT
