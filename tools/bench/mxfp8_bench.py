@@ -1,0 +1,164 @@
+"""Achieved bandwidth of jgg.mxfp8 quantize / dequantize on the anchor shapes, vs a device copy.
+
+Run on the GPU machine from the repository root:
+
+  PYTHONPATH=python python3 -m tools.bench.mxfp8_bench --out build/mxfp8_bench
+
+For every anchor shape of tools/bench/shapes.py (M, K, N, G; uniform and Zipf routing):
+  activation  x [M, K] bf16, grouped by expert (varying first dim, the routing's device
+              group sizes): quantize rowwise (forward), colwise (wgrad: 32x1 blocks along
+              the ragged token dim), both in one pass; dequantize (rowwise data -> bf16)
+  weight      w [G, K, N] bf16, a stack (same dims): the same four ops
+Bytes moved = input read + outputs written (data and the whole scale buffer); GB/s = bytes /
+median time per call; "% copy" against a device copy (x + 1 over uint32, read + write)
+timed in the same run. Timing: jax_loop.LoopTimer (jitted fori_loops of --calls calls, the
+compiled loop read for hoisting and copies, --runs >= 20 timed runs, the median). SPEC target:
+>= 85% of the copy bandwidth. Writes mxfp8_bench.json and mxfp8_bench.md to --out.
+
+Memory check of the same kernels (small shapes, every layout):
+  compute-sanitizer --tool memcheck python3 -m pytest -q tests/test_mxfp8_cuda.py -k odd_columns
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from tools.bench import jax_competitors, jax_loop
+from tools.bench import shapes as shapes_lib
+from tools.bench import worker_protocol as wp
+
+OPS = ("quantize_rowwise", "quantize_colwise", "quantize_both", "dequantize")
+TARGET_FRACTION = 0.85
+
+
+def _operands(shape: shapes_lib.GroupedGemmShape, tensor: str):
+  import jax
+  import jax.numpy as jnp
+
+  m, k, n, g = shape.dims
+  key = jax.random.key(sum(shape.dims))
+  if tensor == "activation":
+    x = jax.random.normal(key, (m, k), jnp.bfloat16)
+    return x, jnp.asarray(shape.group_sizes(), jnp.int32)
+  return jax.random.normal(key, (g, k, n), jnp.bfloat16), None
+
+
+def _function(op: str, grouped: bool):
+  """fn(*operands) -> one array, for the loop timer (the call writes all of its outputs)."""
+  import jax.numpy as jnp
+  import jax_grouped_gemm as jgg
+
+  mx = jgg.mxfp8
+  if op == "dequantize":
+    layout = "varying_first" if grouped else "same_dims"
+
+    def dequantize(data, scale_inv, *sizes):
+      q = mx.MXFP8Tensor(data, scale_inv, None, None, sizes[0] if sizes else None, layout,
+                         "compact")
+      return mx.dequantize(q, jnp.bfloat16)
+    return dequantize
+  rowwise, colwise = {"quantize_rowwise": (True, False), "quantize_colwise": (False, True),
+                      "quantize_both": (True, True)}[op]
+
+  def quantize(x, *sizes):
+    q = mx.quantize(x, sizes[0] if sizes else None, rowwise=rowwise, colwise=colwise)
+    return q.data if rowwise else q.colwise_data
+  return quantize
+
+
+def _bytes_moved(op: str, x, scale_bytes: int) -> int:
+  elements = x.size
+  if op == "dequantize":
+    return elements * 1 + scale_bytes + elements * 2
+  outputs = 2 if op == "quantize_both" else 1
+  return elements * x.dtype.itemsize + outputs * (elements + scale_bytes)
+
+
+def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float) -> list[dict]:
+  import jax
+  import jax_grouped_gemm as jgg
+
+  plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=calls, runs=runs, min_runs=runs,
+                 run_budget_s=float("inf"), copy_bytes=int(copy_gib * (1 << 30)))
+  timer = jax_loop.LoopTimer(plan)
+  device = jax.devices()[0]
+  copy = jax_competitors._time_copy(timer, plan.copy_bytes)
+  copy_gbs = copy["bytes_moved"] / copy["seconds"] / 1e9
+  print(f"device copy: {copy_gbs:.0f} GB/s ({copy['copy_method']})", flush=True)
+  records = []
+  done_weights = set()
+  for shape in shapes:
+    for tensor in ("activation", "weight"):
+      if tensor == "weight" and shape.dims in done_weights:
+        continue  # routing variants share the weights
+      done_weights.add(shape.dims) if tensor == "weight" else None
+      x, sizes = _operands(shape, tensor)
+      extra = () if sizes is None else (sizes,)
+      reference = jgg.mxfp8.quantize(x, sizes)
+      scale_bytes = reference.scale_inv.size
+      for op in OPS:
+        operands = ((reference.data, reference.scale_inv) if op == "dequantize" else (x,)) + extra
+        try:
+          fields = timer(_function(op, sizes is not None), operands)
+        except Exception as e:  # a failed entry is a row, not the end of the run
+          records.append(dict(shape=shape.name, tensor=tensor, op=op, error=wp.short_error(e)))
+          print(f"{shape.name} {tensor} {op}: n/a ({wp.short_error(e, 160)})", flush=True)
+          continue
+        moved = _bytes_moved(op, x, scale_bytes)
+        gbs = moved / fields["seconds"] / 1e9
+        record = dict(shape=shape.name, tensor=tensor, op=op, dims=list(x.shape),
+                      groups=None if sizes is None else int(sizes.shape[0]), bytes_moved=moved,
+                      gb_per_s=gbs, fraction_of_copy=gbs / copy_gbs, **fields)
+        records.append(record)
+        print(f"{shape.name:>16} {tensor:>10} {op:>17}: {fields['seconds'] * 1e6:9.1f} us "
+              f"{gbs:7.0f} GB/s {100 * gbs / copy_gbs:5.1f}% of copy", flush=True)
+      del x, sizes, reference
+  result = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
+            "copy": {**copy, "gb_per_s": copy_gbs}, "target_fraction_of_copy": TARGET_FRACTION,
+            "records": records}
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, "mxfp8_bench.json"), "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=1)
+  table = markdown(result)
+  with open(os.path.join(out_dir, "mxfp8_bench.md"), "w", encoding="utf-8") as f:
+    f.write(table)
+  print(table)
+  return records
+
+
+def markdown(result: dict) -> str:
+  lines = [f"MXFP8 quantize / dequantize, {result['device']}, jax {result['jax']}: device copy "
+           f"{result['copy']['gb_per_s']:.0f} GB/s; target >= "
+           f"{100 * result['target_fraction_of_copy']:.0f}% of copy (bytes read + written).", "",
+           "| shape | tensor | dims | op | us/call | GB/s | % of copy | target |",
+           "|---|---|---|---|---|---|---|---|"]
+  for r in result["records"]:
+    if "error" in r:
+      lines.append(f"| {r['shape']} | {r['tensor']} | | {r['op']} | n/a: {r['error']} | | | |")
+      continue
+    dims = "x".join(map(str, r["dims"])) + (f", G={r['groups']}" if r["groups"] else "")
+    ok = "yes" if r["fraction_of_copy"] >= result["target_fraction_of_copy"] else "no"
+    lines.append(f"| {r['shape']} | {r['tensor']} | {dims} | {r['op']} | "
+                 f"{r['seconds'] * 1e6:.1f} | {r['gb_per_s']:.0f} | "
+                 f"{100 * r['fraction_of_copy']:.1f} | {ok} |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--out", required=True, help="directory for mxfp8_bench.{json,md}")
+  parser.add_argument("--shapes", default=None,
+                      help="comma-separated anchor names (default: all of tools/bench/shapes.py)")
+  parser.add_argument("--calls", type=int, default=10, help="calls per timed run (>= 10)")
+  parser.add_argument("--runs", type=int, default=20, help="timed runs, median reported (>= 20)")
+  parser.add_argument("--copy-gib", type=float, default=4.0, help="copy buffer size (GiB)")
+  args = parser.parse_args(argv)
+  names = None if args.shapes is None else [s for s in args.shapes.split(",") if s]
+  run(shapes_lib.by_name(names), args.out, args.calls, args.runs, args.copy_gib)
+
+
+if __name__ == "__main__":
+  main()
