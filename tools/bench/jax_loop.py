@@ -2,12 +2,17 @@
 
 A loop of identical calls invites XLA to hoist the call out of the loop (the
 operands do not change) or to copy buffers every iteration (to reuse them in
-place). Either would make the time per call wrong without a trace. So each
-call gets an operand XLA must treat as new (a chain, below), and the compiled
-HLO is read before timing: copies inside the loop body and heavy work left
-outside it are measured; if one chain leaves either, the other is tried, and if
-both do, the calls are timed unlooped (enqueued back to back, which hides the
-host's dispatch as long as a call outlasts it).
+place). Either would make the time per call wrong without a trace. So the
+compiled HLO is read before timing: copies inside the loop body and heavy work
+left outside it are measured, and the first of these loops that has neither
+is timed:
+  barrier:  each call's operands pass through an optimization_barrier with the
+            previous output. Costs nothing; XLA's GPU pipeline keeps it (an H200
+            run timed jnp.dot in it as fast as torch.mm), its CPU pipeline drops
+            it and hoists a dense dot out of the loop.
+  a chain:  see below; costs one tiny fusion a call (a few microseconds).
+If none is clean, the calls are timed unlooped (enqueued back to back, which
+hides the host's dispatch as long as a call outlasts it).
 
 Chains: the smallest operand (the group sizes, where there are any) is carried
 through the loop and one element gets a 0/1 flag added, "a value that never
@@ -17,8 +22,6 @@ occurs occurs": always 0, but XLA cannot know it. The flag reads
                  free for group sizes, costly for a dense GEMM's operands);
   output-chain:  the previous call's first output element (orders the update
                  after the call; XLA may copy the output instead).
-(An optimization_barrier is no chain: XLA's CPU pipeline drops it and hoists a
-dense dot out of the loop.)
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import time
 
 from tools.bench import worker_protocol as wp
 
-OPERAND_CHAIN, OUTPUT_CHAIN, UNLOOPED = "operand-chain", "output-chain", "unlooped"
+BARRIER, OPERAND_CHAIN, OUTPUT_CHAIN, UNLOOPED = ("barrier", "operand-chain", "output-chain",
+                                                   "unlooped")
 LOOP_COPY_TOLERANCE = 0.01  # body copies allowed, as a fraction of a call's operand+output bytes
 HOISTED_BYTES = 1 << 20  # work outside the loop counts from this size up
 SMALL_OPERAND_BYTES = 1 << 20  # an operand this small is chained first (operand-chain)
@@ -90,8 +94,9 @@ class LoopTimer:
 
     calls = self.plan.calls
     smallest = min(_nbytes(o) for o in operands)
-    order = ((OPERAND_CHAIN, OUTPUT_CHAIN) if smallest <= SMALL_OPERAND_BYTES else
-             (OUTPUT_CHAIN, OPERAND_CHAIN))
+    chains = ((OPERAND_CHAIN, OUTPUT_CHAIN) if smallest <= SMALL_OPERAND_BYTES else
+              (OUTPUT_CHAIN, OPERAND_CHAIN))
+    order = (BARRIER,) + chains
     carry = jax.eval_shape(fn, *operands)  # lowering needs only its type
     call_bytes = sum(_nbytes(o) for o in operands) + _nbytes(carry)
     rejected = {}
@@ -123,8 +128,15 @@ def _run_unlooped(single, operands, calls, _):
 
 
 def call_loop(fn, calls, strategy, operands, carry):
-  """`calls` calls of fn in one fori_loop, chained by `strategy` (see the module doc)."""
+  """`calls` calls of fn in one fori_loop, kept apart by `strategy` (see the module doc)."""
   from jax import lax
+
+  if strategy == BARRIER:
+    def barrier_body(_, previous_out):
+      args, _ = lax.optimization_barrier((tuple(operands), previous_out))
+      return fn(*args)
+
+    return lax.fori_loop(0, calls, barrier_body, carry)
 
   target = min(range(len(operands)), key=lambda i: _nbytes(operands[i]))
 
