@@ -39,26 +39,35 @@ struct RaggedSchedule {
   int64_t* tile_begin;  // [num_local_groups + 1]
 };
 
+// A negative size counts as 0.
+JGG_HOST_DEVICE inline int64_t ClampedSize(int32_t size) { return size > 0 ? size : 0; }
+
+// Global index of local group 0: the offset clamped to [0, num_global_groups].
+JGG_HOST_DEVICE inline int64_t FirstLocalGroup(int32_t group_offset, int64_t num_global_groups) {
+  return MinI64(group_offset < 0 ? 0 : group_offset, num_global_groups);
+}
+
+// Clamping the running sum at every step equals clamping the plain prefix sum
+// once (sizes are non-negative), which is what lets the CUDA schedule kernel
+// use a parallel scan: row boundary = min(extent, sum of clamped sizes before).
+//
 // Fills `schedule` for one batch entry from that entry's `num_global_groups`
-// sizes. Runs on the host (CPU handler) and in a one-thread setup kernel.
+// sizes, sequentially: the CPU handler's version and the reference of the
+// parallel CUDA one.
 JGG_HOST_DEVICE inline void ComputeRaggedSchedule(
     const int32_t* group_sizes, int64_t num_global_groups, int32_t group_offset,
     int64_t num_local_groups, int64_t extent, int64_t tile_rows,
     RaggedSchedule schedule) {
-  int64_t first = group_offset < 0 ? 0 : group_offset;
-  first = MinI64(first, num_global_groups);
+  const int64_t first = FirstLocalGroup(group_offset, num_global_groups);
   int64_t row = 0;
-  for (int64_t g = 0; g < first; ++g) {
-    const int32_t size = group_sizes[g];
-    row = MinI64(extent, row + (size > 0 ? size : 0));
-  }
+  for (int64_t g = 0; g < first; ++g) row = MinI64(extent, row + ClampedSize(group_sizes[g]));
   int64_t tile = 0;
   for (int64_t j = 0; j < num_local_groups; ++j) {
     schedule.row_begin[j] = row;
     schedule.tile_begin[j] = tile;
     const int64_t g = first + j;
-    const int32_t size = g < num_global_groups ? group_sizes[g] : 0;
-    const int64_t end = MinI64(extent, row + (size > 0 ? size : 0));
+    const int64_t end =
+        MinI64(extent, row + (g < num_global_groups ? ClampedSize(group_sizes[g]) : 0));
     tile += CeilDiv(end - row, tile_rows);
     row = end;
   }

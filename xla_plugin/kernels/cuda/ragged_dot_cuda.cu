@@ -69,6 +69,13 @@ bool TensorCoreFriendly(const DeviceInfo& info, ElementType in, ElementType out,
          Aligned16(o.lhs) && Aligned16(o.rhs) && Aligned16(o.out) && num_problems <= kMaxGridYZ;
 }
 
+// Tile choice by static shape: groups averaging at most 128 rows leave most of
+// a 128-row tile empty and are bound by streaming weights, so they take the
+// 64-row ping-pong tile; larger groups the 128x256 cooperative one.
+bool FewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
+  return rows <= 128 * num_local_groups;
+}
+
 sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
                                int64_t groups, cudaStream_t stream) {
   return {info.device, info.sm_count, ProblemArgumentsRegion(o.workspace, batch, groups),
@@ -91,8 +98,12 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
                                            p.rows, 1, o, stream); e != cudaSuccess) return e;
   if (cudaError_t e = LaunchZeroUncoveredRows(p, o, stream); e != cudaSuccess) return e;
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
-  return p.rhs_transposed ? sm90::RaggedMBf16RhsTransposed(p, o, launch)
-                          : sm90::RaggedMBf16(p, o, launch);
+  if (FewRowsPerGroup(p.rows, p.num_local_groups)) {
+    return p.rhs_transposed ? sm90::RaggedMBf16RhsTransposedSmallM(p, o, launch)
+                            : sm90::RaggedMBf16SmallM(p, o, launch);
+  }
+  return p.rhs_transposed ? sm90::RaggedMBf16RhsTransposedLarge(p, o, launch)
+                          : sm90::RaggedMBf16Large(p, o, launch);
 }
 
 cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cudaStream_t stream) {
@@ -108,7 +119,7 @@ cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cuda
   if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
                                            p.rows, 1, o, stream); e != cudaSuccess) return e;
   if (cudaError_t e = LaunchZeroEmptyGroups(p, o, stream); e != cudaSuccess) return e;
-  return sm90::RaggedKBf16(p, o, MakeLaunch(info, o, p.batch, p.num_local_groups, stream));
+  return sm90::RaggedKBf16Large(p, o, MakeLaunch(info, o, p.batch, p.num_local_groups, stream));
 }
 
 }  // namespace jgg::cuda

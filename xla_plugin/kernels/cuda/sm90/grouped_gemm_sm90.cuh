@@ -45,6 +45,14 @@ using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_2, _1, _1>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                                       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
 
+// 64x128x128 ping-pong (two consumer warpgroups alternate tiles, so one's
+// epilogue hides behind the other's mainloop), no cluster: for groups of few
+// rows (decode, many small experts), where a 128-row tile would be mostly
+// empty and the kernel is bound by streaming the weights.
+using Pingpong64x128 = TileConfig<Shape<_64, _128, _128>, Shape<_1, _1, _1>,
+                                  cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong,
+                                  cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
+
 template <class Config, class ElementIn, class ElementOut, class LayoutA, class LayoutB>
 struct GroupedGemm {
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K)

@@ -29,12 +29,21 @@ struct GroupedLaunch {
   cudaStream_t stream;
 };
 
-// Entry points; the schedule must already be in operands.workspace. They
-// return cudaErrorNotSupported when CUTLASS rejects the problem.
-cudaError_t RaggedMBf16(const RaggedMProblem& p, const RaggedOperands& o, const GroupedLaunch& l);
-cudaError_t RaggedMBf16RhsTransposed(const RaggedMProblem& p, const RaggedOperands& o,
-                                     const GroupedLaunch& l);
-cudaError_t RaggedKBf16(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l);
+// Entry points, one per kernel instantiation: <op><dtypes>[RhsTransposed]<tile>.
+// The schedule must already be in operands.workspace. They return
+// cudaErrorNotSupported when CUTLASS rejects the problem.
+//   Large:  128x256x64 cooperative, 2x1 cluster (groups of hundreds of rows and more)
+//   SmallM: 64x128x128 ping-pong (groups of few rows: decode, many small experts)
+cudaError_t RaggedMBf16Large(const RaggedMProblem& p, const RaggedOperands& o,
+                             const GroupedLaunch& l);
+cudaError_t RaggedMBf16SmallM(const RaggedMProblem& p, const RaggedOperands& o,
+                              const GroupedLaunch& l);
+cudaError_t RaggedMBf16RhsTransposedLarge(const RaggedMProblem& p, const RaggedOperands& o,
+                                          const GroupedLaunch& l);
+cudaError_t RaggedMBf16RhsTransposedSmallM(const RaggedMProblem& p, const RaggedOperands& o,
+                                           const GroupedLaunch& l);
+cudaError_t RaggedKBf16Large(const RaggedKProblem& p, const RaggedOperands& o,
+                             const GroupedLaunch& l);
 
 }  // namespace jgg::cuda::sm90
 

@@ -59,6 +59,22 @@ cudaError_t RunRagged(const P& p, const RaggedOperands& o, const GroupedLaunch& 
   return RunGrouped<G>(p.num_local_groups * p.batch, problems, launch);
 }
 
+// The bf16 instantiations: B is the weight, row-major [K, N] for the forward
+// and column-major (the forward's weight read transposed in place) for dgrad.
+template <class Config, class LayoutB>
+cudaError_t RaggedMBf16(const RaggedMProblem& p, const RaggedOperands& o, const GroupedLaunch& l) {
+  using G = GroupedGemm<Config, cutlass::bfloat16_t, cutlass::bfloat16_t,
+                        cutlass::layout::RowMajor, LayoutB>;
+  return RunRagged<G, RaggedMProblems<typename G::A, typename G::D>>(p, o, l);
+}
+
+template <class Config>
+cudaError_t RaggedKBf16(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l) {
+  using G = GroupedGemm<Config, cutlass::bfloat16_t, cutlass::bfloat16_t,
+                        cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  return RunRagged<G, RaggedKProblems<typename G::A, typename G::D>>(p, o, l);
+}
+
 }  // namespace jgg::cuda::sm90
 
 #endif  // JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_RAGGED_PROBLEMS_SM90_CUH_
