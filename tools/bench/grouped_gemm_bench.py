@@ -6,12 +6,11 @@ Run on the GPU machine from the repository root:
 
 For each shape of tools/bench/shapes.py and each pass (fwd, dgrad, wgrad) it
 times every competitor and writes results.json, results.md and chart.png to
---out; the Markdown table is printed last. Estimated length of the default
-run on an H100, from the FLOPs at the rates SPEC section 8 quotes: ~75 s of
-timed GPU work (jax.lax, densified over all groups, is a third of it: its runs
-are cut to fit a 2 s budget each) plus compilation, ~4-5 minutes in all if a
-Pallas config compiles in ~5 s. --pallas-configs 5 widens the Pallas sweep;
---shapes and --passes narrow the run. TFLOP/s count 2 * sum(group_sizes)
+--out; the Markdown table is printed last. The default run took
+257 s on an H200 (2026-11-22, with --check): ~75 s of timed GPU work (jax.lax,
+densified over all groups, is a third of it: its runs are cut to fit a 2 s
+budget each), the rest compiling and starting workers. --pallas-configs 5
+widens the Pallas sweep; --shapes and --passes narrow the run. TFLOP/s count 2 * sum(group_sizes)
 * K * N per pass; the dense ceiling of a row is the faster of jnp.dot and
 torch.mm on the same FLOPs and layouts, the bandwidth ceiling the faster of
 two large device copies (bytes read + written).
@@ -82,7 +81,7 @@ def run_benchmark(shapes, passes=shapes_lib.PASSES, competitors=wp.COMPETITORS,
       shapes=list(shapes), passes=list(passes), competitors=list(competitors),
       calls=calls or (2 if quick else 10), runs=runs or (3 if quick else 20),
       min_runs=3 if not quick else 2, check=check, copy_bytes=int(copy_gib * (1 << 30)),
-      pallas_configs=pallas_configs or (1 if quick else 2))
+      pallas_configs=pallas_configs or (1 if quick else 3))
   started = datetime.datetime.now(datetime.timezone.utc)
   results, devices, markdown = {}, [], ""
   for framework in WORKERS:
@@ -226,7 +225,7 @@ def _parse_args(argv):
   parser.add_argument("--copy-gib", type=float, default=4.0,
                       help="buffer size of the bandwidth ceiling's copy (GiB, default 4)")
   parser.add_argument("--pallas-configs", type=int, default=None,
-                      help="Pallas block configs tried per pass (default 2, at most 5; "
+                      help="Pallas block configs tried per pass (default 3, at most 5; "
                            "--quick 1)")
   parser.add_argument("--calls", type=int, default=None, help="calls per timed run (default 10)")
   parser.add_argument("--runs", type=int, default=None, help="timed runs (default 20)")

@@ -24,22 +24,22 @@ FWD, DGRAD, WGRAD = shapes_lib.PASSES
 JAX_GEMM_COMPETITORS = ("ours", "lax", "pallas", "dense_jax")
 
 # Pallas block configurations, in the order tried: the first `plan.pallas_configs`
-# (default 2, to keep the default run near 5 minutes) that fit a pass's
-# dimensions are timed on its first routing, and the fastest is kept for the
-# others. 128x128 tiles with a 4-deep pipeline is the usual Hopper sweet spot;
-# 64-row tiles waste less on small groups (qwen3, decode, Zipf tails);
-# grid_block_n=4 walks tiles in bands for L2 reuse of the weights.
+# (default 3) that fit a pass's dimensions are timed on its first routing, and
+# the fastest is kept for the others. Ordered by the first H200 run (every one
+# of its winners is among the first three that fit): 128x128 tiles walked in
+# bands of 4 (L2 reuse of the weights) won the large shapes, 128x192 qwen3's
+# forward (N = 768), 64-row tiles the decode shape's few rows per expert.
 RAGGED_DOT_CONFIGS = (
-    dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=1),
-    dict(block_m=64, block_n=128, block_k=64, max_concurrent_steps=6, grid_block_n=1),
     dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
     dict(block_m=128, block_n=192, block_k=64, max_concurrent_steps=4, grid_block_n=1),
+    dict(block_m=64, block_n=128, block_k=64, max_concurrent_steps=6, grid_block_n=1),
+    dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=1),
     dict(block_m=128, block_n=64, block_k=64, max_concurrent_steps=6, grid_block_n=1),
 )
 TRANSPOSED_RAGGED_DOT_CONFIGS = (
     dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=1),
-    dict(block_m=64, block_n=128, block_k=64, max_concurrent_steps=6, grid_block_n=1),
     dict(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
+    dict(block_m=64, block_n=128, block_k=64, max_concurrent_steps=6, grid_block_n=1),
 )
 CHECK_ROWS = 512  # rows of a fwd/dgrad output checked against jax.lax
 CHECK_COLUMNS = 64  # K and N columns of a wgrad output checked against jax.lax

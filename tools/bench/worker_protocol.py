@@ -69,7 +69,7 @@ class Plan:
   run_budget_s: float = 2.0  # ... only where `runs` runs would take longer than this
   check: bool = False
   copy_bytes: int = 4 << 30
-  pallas_configs: int = 2
+  pallas_configs: int = 3
   skip: list[str] = dataclasses.field(default_factory=list)
 
   def to_json(self) -> str:
