@@ -1,9 +1,12 @@
-"""The benchmark's named shapes and its harness, end to end on a tiny shape (CPU, seconds).
+"""The benchmark's named shapes and its harness (tools/bench), on the CPU in seconds.
 
 The GPU numbers come from `python3 -m tools.bench.grouped_gemm_bench` on the
-device; here the shapes are checked against SPEC section 8 and the harness is
-run with the JAX competitors only (Pallas Mosaic GPU is n/a on the CPU), with
-a worker made to die mid-measurement to show the run carries on past it.
+device. Here: the shapes against SPEC section 8; the harness end to end on a
+tiny shape with the JAX competitors (Pallas Mosaic GPU is n/a on the CPU) and
+a worker made to die mid-measurement; the command's restarts with a fake
+worker that hangs or loses its CUDA context; the torch worker against a NumPy
+stand-in for torch; the loop check against a loop XLA hoists. One GPU smoke
+test runs every competitor on the device.
 """
 
 import json
