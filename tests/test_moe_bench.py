@@ -16,14 +16,20 @@ def test_anchor_blocks_are_the_anchor_gemms_read_as_moe_layers():
       2048, 768, 128)
 
 
-def test_tiny_block_runs_checks_and_reports(tmp_path):
-  block = moe_bench.BlockShape("tiny", tokens=48, d_model=32, d_ff=64, experts=4, top_k=2)
+def test_small_block_runs_checks_and_reports():
+  # d_model and d_ff fit the Pallas block configurations (multiples of 128).
+  block = moe_bench.BlockShape("small", tokens=48, d_model=128, d_ff=256, experts=4, top_k=2)
   summary = moe_bench.run([block], moe_bench.BACKENDS, calls=2, runs=2, log=lambda _: None)
   rows = {r["backend"]: r for r in summary["rows"]}
-  assert rows["ours"]["check_rel_err"] < moe_bench.CHECK_TOLERANCE
-  for backend in ("ours", "lax"):
+  on_gpu = summary["device"].startswith("gpu")
+  timed = ("ours", "lax", "pallas") if on_gpu else ("ours", "lax")
+  for backend in timed:
+    assert "error" not in rows[backend], rows[backend].get("error")
     assert rows[backend]["seconds"] > 0 and rows[backend]["runs"] == 2
     assert rows[backend]["hoisted"] == []
-  assert "error" in rows["pallas"]  # Mosaic GPU: n/a on the CPU, reported, not raised
+    if backend != "lax":
+      assert rows[backend]["check_rel_err"] < moe_bench.CHECK_TOLERANCE
+  if not on_gpu:
+    assert "error" in rows["pallas"]  # Mosaic GPU: n/a on the CPU, reported, not raised
   table = moe_bench.markdown(summary)
-  assert "| tiny (48, 32, 64, 4, 2) |" in table and "n/a" in table
+  assert "| small (48, 128, 256, 4, 2) |" in table
