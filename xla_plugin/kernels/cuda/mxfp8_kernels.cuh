@@ -306,7 +306,7 @@ __device__ inline uint32_t QuantizePair(float a, float b, float factor_a, float 
 
 // --- quantize ---------------------------------------------------------------------------------
 
-// Rows are streamed 8 at a time (8 x 16-byte loads in flight per thread, ~32 registers):
+// Rows are streamed in batches of 8 (8 x 16-byte loads in flight per thread, 32 registers):
 // pass 1 does the rowwise work and folds every row into the column maxima; pass 2 (colwise
 // only) reads the tile again, now from L1/L2, and converts with the column scales. Holding all
 // 32 rows in registers instead needs 255 registers and spills.
@@ -344,36 +344,44 @@ __device__ void QuantizeTile(const Grid& grid, const mxfp8::QuantizeOperands& o,
   const ScaleMatrix row_m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
   const bool writes_row_scale = threadIdx.x % kLanesPerBlock == 0 && data_cols > 0;
 
-#pragma unroll kRowsInFlight
-  for (int i = 0; i < kTileRows; ++i) {
-    const uint4 v = load_row(i);
-    if constexpr (kCol) {
+  #pragma unroll 1  // one batch of loads in flight at a time: bounded registers
+
+  for (int i0 = 0; i0 < kTileRows; i0 += kRowsInFlight) {
+    uint4 rows[kRowsInFlight];  // all loads of a batch issue before any use
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) col_max[k] = fmaxf(col_max[k], fabsf(S::Get(v, k)));
-    }
-    if constexpr (kRow) {
-      float amax = 0.0f;
+    for (int u = 0; u < kRowsInFlight; ++u) rows[u] = load_row(i0 + u);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) amax = fmaxf(amax, fabsf(S::Get(v, k)));
+    for (int u = 0; u < kRowsInFlight; ++u) {
+      const int i = i0 + u;
+      const uint4& v = rows[u];
+      if constexpr (kCol) {
 #pragma unroll
-      for (int d = 1; d < kLanesPerBlock; d <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+        for (int k = 0; k < kVec; ++k) col_max[k] = fmaxf(col_max[k], fabsf(S::Get(v, k)));
       }
-      const uint8_t e = ScaleExponentOf<kFormat>(amax);
-      if (writes_row_scale && row0 + i < r.rows) {
-        o.row_scales[r.scale_offset +
-                     mxfp8::ScaleIndex(row_m, false, swizzled, row0 + i, col0 / kBlockSize)] = e;
-      }
-      if (store_data && row0 + i < r.cap_rows) {
-        const float factor = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
-        uint64_t bytes = 0;
+      if constexpr (kRow) {
+        float amax = 0.0f;
 #pragma unroll
-        for (int k = 0; k < kVec; k += 2) {
-          bytes |= static_cast<uint64_t>(QuantizePair<kFormat>(S::Get(v, k), S::Get(v, k + 1),
-                                                               factor, factor))
-                   << (8 * k);
+        for (int k = 0; k < kVec; ++k) amax = fmaxf(amax, fabsf(S::Get(v, k)));
+#pragma unroll
+        for (int d = 1; d < kLanesPerBlock; d <<= 1) {
+          amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
         }
-        StoreBytes<kVec>(row_data + base + i * stride, bytes, cap_cols, vector);
+        const uint8_t e = ScaleExponentOf<kFormat>(amax);
+        if (writes_row_scale && row0 + i < r.rows) {
+          o.row_scales[r.scale_offset +
+                       mxfp8::ScaleIndex(row_m, false, swizzled, row0 + i, col0 / kBlockSize)] = e;
+        }
+        if (store_data && row0 + i < r.cap_rows) {
+          const float factor = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
+          uint64_t bytes = 0;
+#pragma unroll
+          for (int k = 0; k < kVec; k += 2) {
+            bytes |= static_cast<uint64_t>(QuantizePair<kFormat>(S::Get(v, k), S::Get(v, k + 1),
+                                                                 factor, factor))
+                     << (8 * k);
+          }
+          StoreBytes<kVec>(row_data + base + i * stride, bytes, cap_cols, vector);
+        }
       }
     }
   }
@@ -407,18 +415,23 @@ __device__ void QuantizeTile(const Grid& grid, const mxfp8::QuantizeOperands& o,
       }
     }
     if (store_data) {
-#pragma unroll kRowsInFlight
-      for (int i = 0; i < kTileRows; ++i) {
-        if (row0 + i < r.cap_rows) {
-          const uint4 v = load_row(i);
+      #pragma unroll 1  // one batch of loads in flight at a time: bounded registers
+      for (int i0 = 0; i0 < kTileRows; i0 += kRowsInFlight) {
+        uint4 rows[kRowsInFlight];
+#pragma unroll
+        for (int u = 0; u < kRowsInFlight; ++u) rows[u] = load_row(i0 + u);
+#pragma unroll
+        for (int u = 0; u < kRowsInFlight; ++u) {
+          if (row0 + i0 + u >= r.cap_rows) continue;
           uint64_t bytes = 0;
 #pragma unroll
           for (int k = 0; k < kVec; k += 2) {
-            bytes |= static_cast<uint64_t>(QuantizePair<kFormat>(S::Get(v, k), S::Get(v, k + 1),
-                                                                 factor[k], factor[k + 1]))
+            bytes |= static_cast<uint64_t>(QuantizePair<kFormat>(S::Get(rows[u], k),
+                                                                 S::Get(rows[u], k + 1), factor[k],
+                                                                 factor[k + 1]))
                      << (8 * k);
           }
-          StoreBytes<kVec>(col_data + base + i * stride, bytes, cap_cols, vector);
+          StoreBytes<kVec>(col_data + base + (i0 + u) * stride, bytes, cap_cols, vector);
         }
       }
     }
@@ -500,60 +513,71 @@ __device__ void DequantizeTile(const Grid& grid, const mxfp8::DequantizeOperands
   // batch the loads of several rows ahead of the stores.
   const uint8_t* __restrict__ data = o.data;
   Out* __restrict__ out = static_cast<Out*>(o.out);
-#pragma unroll 4
-  for (int i = 0; i < kTileRows; ++i) {
-    if (row0 + i >= r.cap_rows) break;
-    const bool real_row = row0 + i < r.rows && data_cols > 0;
-    uint64_t q = 0;
-    float row_scale = 1.0f;
-    if (real_row) {
-      const uint8_t* p = data + base + i * stride;
-      if (data_cols >= kVec && vector) {
-        if constexpr (kVec == 8) {
-          const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-          q = static_cast<uint64_t>(v.y) << 32 | v.x;
-        } else {
-          q = __ldg(reinterpret_cast<const uint32_t*>(p));
-        }
+  // The first `count` fp8 bytes of row i (the rest 0), and its rowwise scale factor.
+  auto load_row = [&](int i, uint64_t& q, float& row_scale) {
+    q = 0;
+    row_scale = 1.0f;
+    if (!(row0 + i < r.rows && data_cols > 0)) return;
+    const uint8_t* p = data + base + i * stride;
+    if (data_cols >= kVec && vector) {
+      if constexpr (kVec == 8) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+        q = static_cast<uint64_t>(v.y) << 32 | v.x;
       } else {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          if (k < data_cols) q |= static_cast<uint64_t>(__ldg(p + k)) << (8 * k);
-        }
+        q = __ldg(reinterpret_cast<const uint32_t*>(p));
       }
-      if (!colwise) {
-        row_scale = __uint_as_float(mxfp8::ScaleBits(__ldg(
-            o.scales + r.scale_offset +
-            mxfp8::ScaleIndex(m, false, swizzled, row0 + i, col0 / kBlockSize))));
-      }
-    }
-    uint32_t words[kWords] = {0, 0, 0, 0};
-#pragma unroll
-    for (int k = 0; k < kVec; k += 2) {
-      const float2 v = Fp8PairToFloat2<kFormat>(static_cast<uint32_t>(q >> (8 * k)) & 0xFFFFu);
-      const float s0 = colwise ? col_scale[k] : row_scale, s1 = colwise ? col_scale[k + 1] : row_scale;
-      const bool in0 = real_row && k < data_cols, in1 = real_row && k + 1 < data_cols;
-      const uint32_t b0 = in0 ? OutBits<Out>(__fmul_rn(v.x, s0)) : 0u;
-      const uint32_t b1 = in1 ? OutBits<Out>(__fmul_rn(v.y, s1)) : 0u;
-      if constexpr (sizeof(Out) == 4) {
-        words[k] = b0;
-        words[k + 1] = b1;
-      } else {
-        words[k / 2] = b0 | (b1 << 16);
-      }
-    }
-    Out* row_out = out + base + i * stride;
-    if (cap_cols >= kVec && vector) {
-      *reinterpret_cast<uint4*>(row_out) = make_uint4(words[0], words[1], words[2], words[3]);
     } else {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        if (k < cap_cols) {
-          if constexpr (sizeof(Out) == 4) {
-            reinterpret_cast<uint32_t*>(row_out)[k] = words[k];
-          } else {
-            reinterpret_cast<unsigned short*>(row_out)[k] =
-                static_cast<unsigned short>(words[k / 2] >> (16 * (k % 2)));
+        if (k < data_cols) q |= static_cast<uint64_t>(__ldg(p + k)) << (8 * k);
+      }
+    }
+    if (!colwise) {
+      row_scale = __uint_as_float(mxfp8::ScaleBits(__ldg(
+          o.scales + r.scale_offset +
+          mxfp8::ScaleIndex(m, false, swizzled, row0 + i, col0 / kBlockSize))));
+    }
+  };
+  #pragma unroll 1  // one batch of loads in flight at a time: bounded registers
+  for (int i0 = 0; i0 < kTileRows; i0 += kRowsInFlight) {
+    uint64_t q[kRowsInFlight];  // all loads of a batch issue before any use
+    float row_scale[kRowsInFlight];
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u) load_row(i0 + u, q[u], row_scale[u]);
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u) {
+      const int i = i0 + u;
+      if (row0 + i >= r.cap_rows) continue;
+      const bool real_row = row0 + i < r.rows && data_cols > 0;
+      uint32_t words[kWords] = {0, 0, 0, 0};
+#pragma unroll
+      for (int k = 0; k < kVec; k += 2) {
+        const float2 v = Fp8PairToFloat2<kFormat>(static_cast<uint32_t>(q[u] >> (8 * k)) & 0xFFFFu);
+        const float s0 = colwise ? col_scale[k] : row_scale[u];
+        const float s1 = colwise ? col_scale[k + 1] : row_scale[u];
+        const bool in0 = real_row && k < data_cols, in1 = real_row && k + 1 < data_cols;
+        const uint32_t b0 = in0 ? OutBits<Out>(__fmul_rn(v.x, s0)) : 0u;
+        const uint32_t b1 = in1 ? OutBits<Out>(__fmul_rn(v.y, s1)) : 0u;
+        if constexpr (sizeof(Out) == 4) {
+          words[k] = b0;
+          words[k + 1] = b1;
+        } else {
+          words[k / 2] = b0 | (b1 << 16);
+        }
+      }
+      Out* row_out = out + base + i * stride;
+      if (cap_cols >= kVec && vector) {
+        *reinterpret_cast<uint4*>(row_out) = make_uint4(words[0], words[1], words[2], words[3]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          if (k < cap_cols) {
+            if constexpr (sizeof(Out) == 4) {
+              reinterpret_cast<uint32_t*>(row_out)[k] = words[k];
+            } else {
+              reinterpret_cast<unsigned short*>(row_out)[k] =
+                  static_cast<unsigned short>(words[k / 2] >> (16 * (k % 2)));
+            }
           }
         }
       }
