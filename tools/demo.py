@@ -1,6 +1,6 @@
 """The main job: train a small MoE language model whose experts run on jax_grouped_gemm.
 
-  ./tools/demo [--steps=150] [--experts=8] [--recipe=bf16|mxfp8] [--backend=auto|cpu|gpu]
+  ./tools/demo [--steps=300] [--experts=8] [--recipe=bf16|mxfp8] [--backend=auto|cpu|gpu]
                [--plot=build/demo_loss.png]
 
 The data is generated here and learnable: token sequences over a small
@@ -49,7 +49,7 @@ TOLERANCE = {"bf16": 2e-2, "mxfp8": 1e-1, "float32": 1e-4}
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  steps: int = 150
+  steps: int = 300
   batch: int = 16
   seq_len: int = 64
   vocab: int = 64
