@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 from jax.interpreters import ad, batching, mlir
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jax_grouped_gemm import _native
 
@@ -44,14 +45,26 @@ def _same_input_dtype(lhs, rhs):
   return lhs.astype(common), rhs.astype(common)
 
 
+def _vary_alike(*operands):
+  """Inside shard_map, gives every operand the union of the manual axes any of
+  them varies over (pcast, whose transpose is the psum the gradient needs), so
+  the result's varying axes are well defined and check_vma holds."""
+  varying = [jax.typeof(x).mat.varying for x in operands]
+  union = frozenset().union(*varying)
+  return tuple(x if axes == union else jax.lax.pcast(x, tuple(union - axes), to="varying")
+               for x, axes in zip(operands, varying))
+
+
 def ragged_m(lhs, rhs, group_sizes, group_offset, *, rhs_transposed: bool, out_dtype):
   lhs, rhs = _same_input_dtype(lhs, rhs)
+  lhs, rhs, group_sizes, group_offset = _vary_alike(lhs, rhs, group_sizes, group_offset)
   return ragged_m_p.bind(lhs, rhs, group_sizes, group_offset,
                          rhs_transposed=bool(rhs_transposed), out_dtype=jnp.dtype(out_dtype))
 
 
 def ragged_k(lhs, rhs, group_sizes, group_offset, *, num_groups: int, out_dtype):
   lhs, rhs = _same_input_dtype(lhs, rhs)
+  lhs, rhs, group_sizes, group_offset = _vary_alike(lhs, rhs, group_sizes, group_offset)
   return ragged_k_p.bind(lhs, rhs, group_sizes, group_offset,
                          num_groups=int(num_groups), out_dtype=jnp.dtype(out_dtype))
 
@@ -68,12 +81,20 @@ def _ragged_k_out_shape(lhs_shape, rhs_shape, num_groups):
   return (num_groups, batch, p, rhs_shape[2])
 
 
+def _result_aval(shape, dtype, like):
+  """The result varies over the same manual axes as the (aligned) operands."""
+  if not like.mat.varying:
+    return jax.core.ShapedArray(shape, dtype)
+  return jax.core.ShapedArray(shape, dtype, sharding=NamedSharding(like.sharding.mesh, P()),
+                              manual_axis_type=like.mat)
+
+
 def _ragged_m_abstract_eval(lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dtype):
-  return jax.core.ShapedArray(_ragged_m_out_shape(lhs.shape, rhs.shape, rhs_transposed), out_dtype)
+  return _result_aval(_ragged_m_out_shape(lhs.shape, rhs.shape, rhs_transposed), out_dtype, lhs)
 
 
 def _ragged_k_abstract_eval(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype):
-  return jax.core.ShapedArray(_ragged_k_out_shape(lhs.shape, rhs.shape, num_groups), out_dtype)
+  return _result_aval(_ragged_k_out_shape(lhs.shape, rhs.shape, num_groups), out_dtype, lhs)
 
 
 # --- lowering: one custom call, workspace sized here from static shapes -------
