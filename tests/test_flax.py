@@ -346,6 +346,13 @@ def sharded_checks():
     y, aux = nnx.jit(lambda m, x: m(x))(ep, xs)
   want_y, want_aux = nnx.jit(lambda m, x: m(x))(plain_moe, x)
   assert relative_error(y, want_y) < 1e-6 and float(aux) == pytest.approx(float(want_aux))
+  # The linen module's expert-parallel path, with the same parameters.
+  linen_ep = jgg_linen.MoE(num_experts=8, hidden_features=24, top_k=2, expert_axis="expert",
+                           expert_parallel=True)
+  params = {k: np.asarray(getattr(plain_moe, k)[...]) for k in ("router", "gate", "up", "down")}
+  with jax.set_mesh(ep_mesh):
+    linen_y, _ = jax.jit(linen_ep.apply)({"params": params}, xs)
+  assert relative_error(linen_y, want_y) < 1e-6
 
   # linen: boxed metadata -> nn.get_sharding -> init under jit lands sharded, same values.
   linen_moe = jgg_linen.MoE(num_experts=8, hidden_features=24, top_k=2, expert_axis="expert",
