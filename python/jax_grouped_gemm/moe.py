@@ -129,10 +129,12 @@ def unpermute(y_sorted, permutation: Permutation, weights):
   """Each token's weighted sum of its k expert outputs: [tokens, d], in y_sorted's dtype."""
   tokens, top_k = weights.shape
   order = permutation.order
-  inverse = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
+  inverse = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype),
+                                                unique_indices=True)
   y = jnp.take(y_sorted, inverse, axis=0).reshape(tokens, top_k, -1)
-  # Sum the k outputs in float32: with bf16 activations this is one rounding, not k.
-  combined = jnp.einsum("tkd,tk->td", y.astype(jnp.float32), weights.astype(jnp.float32))
+  # Sum the k outputs in float32 (with bf16 activations: one rounding, not k), elementwise:
+  # as a dot, a GPU would be free to run it in TF32.
+  combined = jnp.sum(y.astype(jnp.float32) * weights.astype(jnp.float32)[..., None], axis=1)
   return combined.astype(y_sorted.dtype)
 
 
@@ -157,13 +159,15 @@ def moe_block(x, weights: MoEWeights, *, top_k: int, normalize_weights: bool = T
               axis_name=None):
   """The MoE block: x [tokens, d_model] -> (y [tokens, d_model], aux_loss []).
 
-  Router logits are computed in float32 (bf16 logits flip near-tied top-k
-  choices). With `axis_name`, call inside shard_map with x and the expert
+  Router logits are computed in float32 (bf16 logits would flip near-tied
+  top-k choices). With `axis_name`, call inside shard_map with x and the expert
   weights sharded over that axis (router replicated): see the module docstring.
   """
   _check_shapes(x, weights, axis_name)
   num_experts = weights.router.shape[1]
-  logits = jnp.dot(x.astype(jnp.float32), weights.router.astype(jnp.float32))
+  # HIGHEST: a GPU's default f32 dot is TF32, whose ~1e-3 error would flip near-tied picks.
+  logits = jnp.dot(x.astype(jnp.float32), weights.router.astype(jnp.float32),
+                   precision=lax.Precision.HIGHEST)
   routing = route(logits, top_k, normalize_weights=normalize_weights, axis_name=axis_name)
   x_sorted, permutation = permute(x, routing.experts, num_experts)
   mlp = functools.partial(gated_mlp, weights=weights, activation=activation, projection=projection)
