@@ -92,7 +92,8 @@ class MoE(nn.Module):
   [num_experts, d, hidden_features] and `down` [num_experts, hidden_features, d],
   boxed with partitioning metadata over `expert_axis` / `hidden_axis`. With
   `expert_parallel=True` the block runs in shard_map over `expert_axis`
-  (ragged all-to-all dispatch); `mesh` defaults to the context mesh.
+  (ragged all-to-all dispatch; other mesh axes see the whole block); `mesh`
+  defaults to the context mesh.
   """
   num_experts: int
   hidden_features: int

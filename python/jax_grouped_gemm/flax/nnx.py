@@ -109,7 +109,8 @@ class MoE(nnx.Module):
   axes the expert and hidden dimensions are sharded over (partitioning
   metadata). With `expert_parallel=True` the block runs in `shard_map` over
   `expert_axis` (tokens and experts sharded over it, ragged all-to-all
-  dispatch); `mesh` defaults to the context mesh (`jax.set_mesh`).
+  dispatch; other mesh axes, `hidden_axis` included, see the whole block);
+  `mesh` defaults to the context mesh (`jax.set_mesh`).
   """
 
   def __init__(self, num_experts: int, in_features: int, hidden_features: int, *,
