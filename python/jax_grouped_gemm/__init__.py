@@ -13,8 +13,11 @@ from jax_grouped_gemm.ragged_dot import (
 from jax_grouped_gemm import partitioning  # noqa: E402,F401
 # MXFP8 grouped quantize / dequantize: jgg.mxfp8.quantize, jgg.mxfp8.dequantize.
 from jax_grouped_gemm import mxfp8  # noqa: E402,F401
+# One expert projection, optionally with MXFP8 numerics in forward, dgrad and wgrad.
+from jax_grouped_gemm.grouped_dense import MXFP8Recipe, grouped_dense  # noqa: E402
 
-__all__ = ["RaggedDotDimensionNumbers", "ragged_dot", "ragged_dot_general"]
+__all__ = ["MXFP8Recipe", "RaggedDotDimensionNumbers", "grouped_dense", "ragged_dot",
+           "ragged_dot_general"]
 __version__ = "0.1.0"
 
 # The MoE block (jgg.moe) and the Flax modules (jgg.flax.nnx, jgg.flax.linen). jgg.flax is

@@ -24,3 +24,9 @@ __all__ = [
     "quantize", "scale_offsets", "swizzle_scale_matrix", "unswizzle_scale_matrix",
     "with_scale_layout",
 ]
+
+# Grouped GEMMs on MXFP8 operands (python/jax_grouped_gemm/mxfp8_gemm.py); imported last, as it
+# builds on the modules above.
+from jax_grouped_gemm.mxfp8_gemm import ragged_dot, ragged_dot_general  # noqa: E402
+
+__all__ += ["ragged_dot", "ragged_dot_general"]

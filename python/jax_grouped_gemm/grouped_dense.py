@@ -1,0 +1,199 @@
+"""`jgg.grouped_dense`: one MoE expert projection y[r] = x[r] . kernel[group(r)], optionally MXFP8.
+
+  y = jgg.grouped_dense(x, kernel, group_sizes, *, recipe=None, group_offset=None)
+
+x [M, K] (rows sorted by group), kernel [G, K, N] or a pre-quantized MXFP8Tensor
+(a [G, K, N] stack), group_sizes [G_global] int32 on the device; with
+group_offset ([1] int32) the kernel holds groups [offset, offset + G) and only
+their rows are computed. Rows of no (local) group are 0.
+
+recipe=None: jgg.ragged_dot, differentiable through the grouped-GEMM
+primitives' JVP/transpose rules (a pre-quantized kernel is dequantized:
+weight-only MXFP8).
+
+recipe=MXFP8Recipe(...): a custom VJP with MXFP8 numerics in all three GEMMs
+(see mxfp8_gemm.py for the orientations and what "exact" means):
+  forward  quantize x once, rowwise + colwise in one pass (group_sizes given, so
+           colwise blocks restart at group boundaries), and the kernel once,
+           rowwise + colwise; y = x(rowwise) . W(colwise).
+  backward quantize dy once, rowwise + colwise; dx = dy(rowwise) . W(rowwise)^T,
+           dW = x(colwise)^T . dy(colwise) per group.
+The residuals are the fp8 halves the backward reads (x colwise, W rowwise: half
+the bytes of a bf16 x), named with checkpoint_name (RESIDUAL_NAMES) so a remat
+policy can save them, e.g.
+  jax.checkpoint(f, policy=jax.checkpoint_policies.save_only_these_names(*RESIDUAL_NAMES))
+Gradients come back in the input dtypes (the straight-through estimator:
+quantization is treated as the identity). A pre-quantized kernel gets no
+gradient; it needs colwise data for the forward and rowwise data for dx.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.ad_checkpoint import checkpoint_name
+
+from jax_grouped_gemm import mxfp8_gemm
+from jax_grouped_gemm.mxfp8.quantize import INPUT_DTYPES, quantize
+from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, SCALE_LAYOUTS, MXFP8Tensor
+from jax_grouped_gemm.ragged_dot import ragged_dot
+
+X_RESIDUAL, KERNEL_RESIDUAL = "jgg_mxfp8_x", "jgg_mxfp8_kernel"
+RESIDUAL_NAMES = (X_RESIDUAL, KERNEL_RESIDUAL)
+
+# dy [M, N] . W [G, K, N] contracting N -> dx [M, K]: dy and W both rowwise.
+DGRAD_DIMENSION_NUMBERS = lax.RaggedDotDimensionNumbers(
+    dot_dimension_numbers=(([1], [2]), ([], [])), lhs_ragged_dimensions=[0],
+    rhs_group_dimensions=[0])
+# x [M, K], dy [M, N] contracting the ragged M -> dW [G, K, N]: both colwise along M.
+WGRAD_DIMENSION_NUMBERS = lax.RaggedDotDimensionNumbers(
+    dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
+    rhs_group_dimensions=[])
+
+
+@dataclasses.dataclass(frozen=True)
+class MXFP8Recipe:
+  """MXFP8 training/serving recipe for grouped_dense (OCP MX v1.0, TE's scale rule).
+
+  forward_dtype: fp8 elements of x and the kernel (forward GEMM and residuals).
+  gradient_dtype: fp8 elements of dy (dgrad and wgrad). E4M3 by default, as
+    TransformerEngine's MXFP8 recipe: per-32 scales leave E5M2's extra range
+    little to do; E5M2 is available.
+  scale_layout: "compact" or "swizzled" (the Blackwell block-scaled layout).
+  """
+  forward_dtype: object = jnp.float8_e4m3fn
+  gradient_dtype: object = jnp.float8_e4m3fn
+  scale_layout: str = "compact"
+
+  def __post_init__(self):
+    for field in ("forward_dtype", "gradient_dtype"):
+      value = getattr(self, field)
+      try:
+        dtype = jnp.dtype(value)
+      except TypeError as e:
+        raise TypeError(f"{field}: expected float8_e4m3fn or float8_e5m2, got {value!r}") from e
+      if dtype not in ELEMENT_DTYPES:
+        raise TypeError(f"{field}: expected float8_e4m3fn or float8_e5m2, got {dtype}")
+      object.__setattr__(self, field, dtype)  # canonical, so equal recipes hash alike
+    if self.scale_layout not in SCALE_LAYOUTS:
+      raise ValueError(f"scale_layout: expected one of {SCALE_LAYOUTS}, got "
+                       f"{self.scale_layout!r}")
+
+
+def grouped_dense(x, kernel, group_sizes, *, recipe: MXFP8Recipe | None = None,
+                  group_offset=None):
+  """y [M, N] = x [M, K] . kernel[group of the row]; see the module docstring."""
+  if recipe is not None and not isinstance(recipe, MXFP8Recipe):
+    raise TypeError(f"recipe: expected None or jgg.MXFP8Recipe, got {recipe!r}")
+  x = jnp.asarray(x)
+  prequantized = isinstance(kernel, MXFP8Tensor)
+  kernel = kernel if prequantized else jnp.asarray(kernel)
+  group_sizes = jnp.asarray(group_sizes)
+  _check_operands(x, kernel, group_sizes, group_offset)
+  if recipe is None:
+    if prequantized:
+      return mxfp8_gemm.ragged_dot(x, kernel, group_sizes, preferred_element_type=x.dtype,
+                                   group_offset=group_offset)
+    return ragged_dot(x, kernel, group_sizes, group_offset=group_offset)
+  if x.dtype not in INPUT_DTYPES:
+    raise TypeError(f"x: dtype must be float32, bfloat16 or float16 with an MXFP8 recipe, got "
+                    f"{x.dtype}")
+  if not prequantized and kernel.dtype not in INPUT_DTYPES:
+    raise TypeError(f"kernel: dtype must be float32, bfloat16 or float16 with an MXFP8 recipe, "
+                    f"got {kernel.dtype}")
+  if prequantized and not kernel.colwise:
+    raise ValueError("kernel: a pre-quantized kernel needs colwise data (32x1 blocks along K) "
+                     "for the forward GEMM; quantize it with colwise=True")
+  out_dtype = x.dtype if prequantized else jnp.result_type(x.dtype, kernel.dtype)
+  config = _Config(recipe, jnp.dtype(x.dtype),
+                   None if prequantized else jnp.dtype(kernel.dtype), jnp.dtype(out_dtype),
+                   kernel.shape[0])
+  if group_offset is not None:
+    group_offset = jnp.asarray(group_offset).astype(jnp.int32)
+  return _mxfp8_grouped_dense(config, x, kernel, group_sizes.astype(jnp.int32), group_offset)
+
+
+def _check_operands(x, kernel, group_sizes, group_offset):
+  if x.ndim != 2:
+    raise TypeError(f"x: expected [rows, K], got shape {x.shape}")
+  if isinstance(kernel, MXFP8Tensor) and kernel.layout != "same_dims":
+    raise ValueError(f"kernel: a pre-quantized kernel must be a [G, K, N] stack (layout "
+                     f"'same_dims', from jgg.mxfp8.quantize(w) with w of rank 3), got layout "
+                     f"{kernel.layout!r}")
+  if len(kernel.shape) != 3 or kernel.shape[1] != x.shape[1]:
+    raise TypeError(f"kernel: expected [groups, {x.shape[1]}, N], got shape {kernel.shape}")
+  if group_sizes.ndim != 1 or not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+    raise TypeError(f"group_sizes: expected an integer array [groups], got "
+                    f"{group_sizes.dtype}{list(group_sizes.shape)}")
+  if group_offset is None and group_sizes.shape[0] != kernel.shape[0]:
+    raise TypeError(f"group_sizes: expected {kernel.shape[0]} groups (kernel.shape[0]), got "
+                    f"{group_sizes.shape[0]}; with group_offset it may hold more")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+  """The static part of one call (hashable: the custom VJP's non-differentiable argument)."""
+  recipe: MXFP8Recipe
+  x_dtype: jnp.dtype
+  kernel_dtype: jnp.dtype | None  # None: a pre-quantized kernel (no gradient)
+  out_dtype: jnp.dtype
+  num_local_groups: int
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _mxfp8_grouped_dense(config, x, kernel, group_sizes, group_offset):
+  return _forward(config, x, kernel, group_sizes, group_offset)[0]
+
+
+def _forward(config, x, kernel, group_sizes, group_offset):
+  recipe = config.recipe
+  qx = quantize(x, group_sizes, rowwise=True, colwise=True, dtype=recipe.forward_dtype,
+                scale_layout=recipe.scale_layout)
+  if isinstance(kernel, MXFP8Tensor):
+    qw = kernel
+  else:
+    qw = quantize(kernel, rowwise=True, colwise=True, dtype=recipe.forward_dtype,
+                  scale_layout=recipe.scale_layout)
+  y = mxfp8_gemm.ragged_dot(qx, qw, group_sizes, preferred_element_type=config.out_dtype,
+                            group_offset=group_offset)
+  # Keep only the orientations the backward reads: x colwise (wgrad), W rowwise (dgrad).
+  x_colwise = checkpoint_name(_only(qx, colwise=True), X_RESIDUAL)
+  w_rowwise = checkpoint_name(_only(qw, colwise=False), KERNEL_RESIDUAL) if qw.rowwise else None
+  return y, (x_colwise, w_rowwise, group_sizes, group_offset)
+
+
+def _only(q: MXFP8Tensor, colwise: bool) -> MXFP8Tensor:
+  """q with one orientation dropped, so the residual holds just what the backward needs."""
+  if colwise:
+    return dataclasses.replace(q, data=None, scale_inv=None)
+  return dataclasses.replace(q, colwise_data=None, colwise_scale_inv=None)
+
+
+def _backward(config, residuals, dy):
+  x_colwise, w_rowwise, group_sizes, group_offset = residuals
+  recipe = config.recipe
+  if w_rowwise is None:
+    raise ValueError("kernel: the pre-quantized kernel has no rowwise data (1x32 blocks along "
+                     "N), which the gradient dx = dy . kernel^T needs; quantize it with "
+                     "rowwise=True")
+  qdy = quantize(dy, group_sizes, rowwise=True, colwise=True, dtype=recipe.gradient_dtype,
+                 scale_layout=recipe.scale_layout)
+  dx = mxfp8_gemm.ragged_dot_general(qdy, w_rowwise, group_sizes, DGRAD_DIMENSION_NUMBERS,
+                                     preferred_element_type=config.x_dtype,
+                                     group_offset=group_offset)
+  dw = None
+  if config.kernel_dtype is not None:
+    dw = mxfp8_gemm.ragged_dot_general(x_colwise, qdy, group_sizes, WGRAD_DIMENSION_NUMBERS,
+                                       preferred_element_type=config.kernel_dtype,
+                                       group_offset=group_offset)
+    # A ragged contraction returns one group per entry of group_sizes (jax.lax's
+    # shape); with group_offset only the first num_local_groups are the kernel's.
+    dw = dw[:config.num_local_groups]
+  return dx, dw, None, None
+
+
+_mxfp8_grouped_dense.defvjp(_forward, _backward)

@@ -1,0 +1,251 @@
+"""Grouped GEMMs with MXFP8 operands: `jgg.mxfp8.ragged_dot` / `jgg.mxfp8.ragged_dot_general`.
+
+jax.lax's signatures; either operand (or both) may be an MXFP8Tensor, the other
+a plain float array. Each MXFP8 operand is read in the orientation whose
+32-element blocks run along its contracted axis:
+
+  contracted axis = the last one         -> rowwise data  (1x32 blocks)
+  contracted axis = the one before it    -> colwise data  (32x1 blocks)
+
+which is what every GEMM of an MoE layer needs (x [M, K], W [G, K, N], dy [M, N]):
+  forward  y  = x . W[g]     x rowwise (along K),  W colwise (along K)
+  dgrad    dx = dy . W[g]^T  dy rowwise (along N), W rowwise (along N)
+  wgrad    dW = x^T . dy     x and dy colwise along the ragged token axis M, whose
+                             blocks must restart at group boundaries (quantize them
+                             with the GEMM's group_sizes: layout "varying_first").
+
+Numerics: the exact dequantized values (element * 2^(scale - 127)) multiplied
+and accumulated in f32, i.e. `dequantize -> f32 matmul`. Exactness of the
+dequantized values (checked exhaustively over every code and scale in
+tests/test_mxfp8_gemm.py):
+  * f32 holds every finite one (e4m3 elements have 4 significant bits, e5m2 3;
+    f32 subnormals reach 2^-149, below the smallest value 2^-136 / 2^-143).
+  * bf16 holds them for scale exponents e in BF16_EXACT_SCALE_EXPONENTS
+    ([3, 246] e4m3, [10, 239] e5m2): with smaller scales the smallest elements
+    become bf16 subnormals finer than bf16's 2^-133 step. Such scales only occur
+    in blocks whose largest magnitude is below 448 * 2^-125 ~ 1e-35 (e4m3) or
+    57344 * 2^-118 ~ 2e-31 (e5m2).
+  * above the range (e > 246 / 239) the largest elements overflow any float32
+    computation (+-Inf, as dequantize documents); TE's scale rule does not
+    produce such scales from finite inputs except at the float32 maximum.
+So operands are dequantized to bf16 (the tensor-core GEMM) unless `precision`
+is HIGHEST or a plain operand is f32/f16, which give f32 (exact for every value,
+on the slower f32 kernel).
+
+Implementation status, plainly: the only backend today ("dequantize") runs the
+MXFP8 dequantize op on each MXFP8 operand in the orientation the GEMM needs
+and then the existing BF16 (or f32) grouped GEMM. That is NOT the fused
+dequantize-on-load kernel issue 6 asks for: a dequantized bf16 copy of each
+operand makes a round trip through HBM (written once, read by the GEMM), so
+MXFP8 is slower than BF16 here, not faster. It is the numerical reference and
+the CPU path.
+
+The backend seam: `choose_backend(problem)` picks an entry of BACKENDS for an
+`MXFP8GemmProblem` (operands with their orientation resolved, group sizes,
+dimension numbers, result dtype) from static facts only, and the entry
+computes it. Planned entries (not built):
+  * "fused": one custom call whose CUDA handler picks by compute capability, as
+    ragged_dot_cuda.cu does for BF16: on sm_90 a grouped GEMM that loads fp8
+    tiles and scales, dequantizes in registers/shared memory and feeds bf16
+    wgmma (no HBM copy); on sm_100 a tcgen05 block-scaled grouped GEMM (CUTLASS
+    sm100 blockscaled array kernels or cuBLASLt VEC32_UE8M0 grouped) reading
+    the "swizzled" scales in place, group g's scales at
+    `scale_inv + scale_offsets(q)[g]` (colwise scales as the transposed operand,
+    which is how scale_layout.py lays them out); its CPU handler is this
+    module's reference path. choose_backend would return it when that target
+    is registered and the operands are in the layouts it reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+# From the module: the package attribute `ragged_dot` is the function.
+from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
+from jax_grouped_gemm.ragged_dot import ragged_dot_general as plain_ragged_dot_general
+from jax_grouped_gemm.mxfp8.quantize import dequantize
+from jax_grouped_gemm.mxfp8.tensor import MXFP8Tensor
+
+E4M3, E5M2 = jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2)
+# Scale exponents e (E8M0, bias 127) for which element * 2^(e - 127) of every finite
+# element is exact in bf16, resp. finite (and then exact) in f32. See the module doc.
+BF16_EXACT_SCALE_EXPONENTS = {E4M3: (3, 246), E5M2: (10, 239)}
+F32_EXACT_SCALE_EXPONENTS = {E4M3: (0, 246), E5M2: (0, 239)}
+
+
+@dataclasses.dataclass(frozen=True)
+class MXFP8Operand:
+  """An MXFP8 operand as a GEMM reads it: the tensor and the orientation whose
+  32-blocks run along the contracted axis (colwise=False: rowwise)."""
+  tensor: MXFP8Tensor
+  colwise: bool
+
+  @property
+  def data(self):
+    return self.tensor.orientation(self.colwise)[0]
+
+  @property
+  def scale_inv(self):
+    return self.tensor.orientation(self.colwise)[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class MXFP8GemmProblem:
+  """One grouped GEMM with at least one MXFP8 operand, checked and resolved at trace time.
+
+  What a backend receives: jax.lax.ragged_dot_general's arguments with each
+  MXFP8 operand wrapped in an MXFP8Operand, the result dtype decided, and the
+  dtype the dequantized values are exact in for this call (`compute_dtype`).
+  """
+  lhs: jax.Array | MXFP8Operand
+  rhs: jax.Array | MXFP8Operand
+  group_sizes: jax.Array
+  dimension_numbers: lax.RaggedDotDimensionNumbers
+  precision: object
+  out_dtype: jnp.dtype
+  compute_dtype: jnp.dtype
+  group_offset: jax.Array | None
+  ragged_contracting: bool
+
+
+def _dequantize_backend(problem: MXFP8GemmProblem) -> jax.Array:
+  """Dequantize each MXFP8 operand (an HBM copy), then the plain grouped GEMM."""
+  def operand(x):
+    if isinstance(x, MXFP8Operand):
+      return dequantize(x.tensor, problem.compute_dtype, colwise=x.colwise)
+    return x.astype(problem.compute_dtype)
+  return plain_ragged_dot_general(
+      operand(problem.lhs), operand(problem.rhs), problem.group_sizes,
+      problem.dimension_numbers, precision=problem.precision,
+      preferred_element_type=problem.out_dtype, group_offset=problem.group_offset)
+
+
+BACKENDS: dict[str, Callable[[MXFP8GemmProblem], jax.Array]] = {
+    "dequantize": _dequantize_backend,
+}
+
+
+def choose_backend(problem: MXFP8GemmProblem) -> str:
+  """The BACKENDS entry that computes `problem`; static facts only (never device values).
+
+  Today always "dequantize": no fused kernel is built (see the module doc for
+  where "fused" plugs in and when it would be chosen).
+  """
+  del problem
+  return "dequantize"
+
+
+def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None,
+               group_offset=None):
+  """jgg.ragged_dot with MXFP8Tensor operands allowed: lhs [m, k] . rhs [g, k, n] -> [m, n].
+
+  An MXFP8 lhs is read rowwise, an MXFP8 rhs (a [g, k, n] stack) colwise.
+  """
+  return ragged_dot_general(lhs, rhs, group_sizes, BASIC_DIMENSION_NUMBERS,
+                            precision=precision, preferred_element_type=preferred_element_type,
+                            group_offset=group_offset)
+
+
+def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, precision=None,
+                       preferred_element_type=None, group_offset=None):
+  """jgg.ragged_dot_general with MXFP8Tensor operands allowed (see the module doc).
+
+  Result dtype: `preferred_element_type`, else the one jax.lax gives when each
+  MXFP8 operand is taken as bf16 (bf16 for two MXFP8 operands; f32 with an f32
+  operand). Plain operands alone go straight to jgg.ragged_dot_general.
+  """
+  if not (isinstance(lhs, MXFP8Tensor) or isinstance(rhs, MXFP8Tensor)):
+    return plain_ragged_dot_general(
+        lhs, rhs, group_sizes, ragged_dot_dimension_numbers, precision=precision,
+        preferred_element_type=preferred_element_type, group_offset=group_offset)
+  problem = resolve_problem(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, precision,
+                            preferred_element_type, group_offset)
+  return BACKENDS[choose_backend(problem)](problem)
+
+
+def resolve_problem(lhs, rhs, group_sizes, dims, precision=None, preferred_element_type=None,
+                    group_offset=None) -> MXFP8GemmProblem:
+  """Checks the MXFP8 operands against the dimension numbers; errors name the argument."""
+  group_sizes = jnp.asarray(group_sizes)
+  if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+    raise TypeError(f"group_sizes: expected an integer dtype, got {group_sizes.dtype}")
+  (lhs_contract, rhs_contract), _ = dims.dot_dimension_numbers
+  if len(lhs_contract) != len(rhs_contract):
+    raise TypeError("ragged_dot_dimension_numbers: lhs and rhs contracting dimensions differ in "
+                    f"number: {list(lhs_contract)} and {list(rhs_contract)}")
+  if len(dims.lhs_ragged_dimensions) != 1:
+    raise TypeError("ragged_dot_dimension_numbers: expected exactly one lhs ragged dimension, "
+                    f"got {dims.lhs_ragged_dimensions}")
+  lhs_ragged = dims.lhs_ragged_dimensions[0]
+  ragged_contracting = lhs_ragged in lhs_contract
+  # In a ragged contraction the rhs axis paired with the lhs ragged axis is ragged too.
+  rhs_ragged = (rhs_contract[list(lhs_contract).index(lhs_ragged)] if ragged_contracting
+                else None)
+  operands = []
+  for name, x, contract, ragged in (("lhs", lhs, lhs_contract, lhs_ragged),
+                                    ("rhs", rhs, rhs_contract, rhs_ragged)):
+    if isinstance(x, MXFP8Tensor):
+      x = _oriented(name, x, contract, ragged if ragged_contracting else None, group_sizes)
+    else:
+      x = jnp.asarray(x)
+    operands.append(x)
+  lhs, rhs = operands
+  plain = [x.dtype for x in operands if not isinstance(x, MXFP8Operand)]
+  if preferred_element_type is None:
+    out_dtype = jnp.dtype(jnp.result_type(jnp.bfloat16, *plain))
+  else:
+    out_dtype = jnp.dtype(preferred_element_type)
+  wants_f32 = _asks_for_highest(precision) or any(d != jnp.dtype(jnp.bfloat16) for d in plain)
+  compute_dtype = jnp.dtype(jnp.float32 if wants_f32 else jnp.bfloat16)
+  return MXFP8GemmProblem(lhs, rhs, group_sizes, dims, precision, out_dtype, compute_dtype,
+                          group_offset, ragged_contracting)
+
+
+def _oriented(name, q: MXFP8Tensor, contract, ragged_axis, group_sizes) -> MXFP8Operand:
+  """The orientation of q whose blocks run along its one contracted axis."""
+  rank = len(q.shape)
+  if len(contract) != 1:
+    raise TypeError(f"{name}: an MXFP8 operand must contract exactly one axis (its 32-blocks "
+                    f"run along it), got contracting dimensions {list(contract)}")
+  axis = contract[0]
+  if axis not in (rank - 1, rank - 2):
+    raise TypeError(f"{name}: MXFP8 blocks run along axis {rank - 1} (rowwise) or {rank - 2} "
+                    f"(colwise) of shape {q.shape}; the GEMM contracts axis {contract[0]}")
+  colwise = axis == rank - 2
+  if not (q.colwise if colwise else q.rowwise):
+    which = "colwise" if colwise else "rowwise"
+    raise ValueError(f"{name}: the GEMM contracts axis {axis} of shape {q.shape}, which needs "
+                     f"{which} data; quantize with {which}=True")
+  if ragged_axis is not None:
+    _check_blocks_restart_at_groups(name, q, axis, group_sizes)
+  return MXFP8Operand(q, colwise)
+
+
+def _check_blocks_restart_at_groups(name, q: MXFP8Tensor, axis, group_sizes):
+  """A ragged contraction needs 32-blocks that never span two groups: q grouped along axis."""
+  wanted = {0: "varying_first", 1: "varying_last"}.get(axis) if len(q.shape) == 2 else None
+  if q.layout != wanted:
+    raise ValueError(
+        f"{name}: the GEMM contracts the ragged axis {axis} of shape {q.shape}, so its blocks "
+        f"must restart at group boundaries: quantize it with the GEMM's group_sizes"
+        f"{'' if wanted is None else f' and ragged_axis={axis} (layout {wanted!r})'}; "
+        f"got layout {q.layout!r}")
+  if q.group_sizes.shape != group_sizes.shape[-1:] or group_sizes.ndim != 1:
+    raise ValueError(f"{name}: quantized with group_sizes of shape {q.group_sizes.shape}, the "
+                     f"GEMM's group_sizes have shape {group_sizes.shape}; they must be the same")
+
+
+def _asks_for_highest(precision) -> bool:
+  precisions = precision if isinstance(precision, (tuple, list)) else (precision,)
+  for p in precisions:
+    try:
+      if p is not None and lax.Precision(p) == lax.Precision.HIGHEST:
+        return True
+    except (ValueError, TypeError):  # a DotAlgorithmPreset or the like: not a Precision
+      pass
+  return False
