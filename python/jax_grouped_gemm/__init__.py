@@ -23,6 +23,10 @@ __version__ = "0.1.0"
 # The MoE block (jgg.moe) and the Flax modules (jgg.flax.nnx, jgg.flax.linen). jgg.flax is
 # imported on first use: flax is a heavy import that users of the ops alone need not pay.
 from jax_grouped_gemm import moe  # noqa: E402,F401
+# jgg.export: jax.export artifacts of functions calling our kernels, with a manifest that
+# load() checks (targets and versions). Imported eagerly: it registers our pytrees for
+# serialization, which a fresh process needs before it deserializes.
+from jax_grouped_gemm import export  # noqa: E402,F401
 
 
 def __getattr__(name):
