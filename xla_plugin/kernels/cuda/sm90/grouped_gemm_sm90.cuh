@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -132,6 +133,25 @@ __global__ void FillProblemArraysKernel(int64_t count, Describe describe, Proble
   out.stride_d[p] = cutlass::make_cute_packed_stride(typename G::StrideD{}, {d.m, d.n, 1});
 }
 
+// Tile rasterization of the persistent group scheduler (which neighbouring
+// tiles run together, hence L2 reuse). Defaults are CUTLASS's (swizzle 1,
+// along M); JGG_SM90_SWIZZLE=1|2|4|8 and JGG_SM90_RASTER=m|n override them for
+// tuning runs. Read once per process.
+struct Rasterization {
+  int swizzle;
+  bool along_n;
+};
+
+inline Rasterization ReadRasterization() {
+  static const Rasterization value = [] {
+    const char* swizzle = std::getenv("JGG_SM90_SWIZZLE");
+    const char* raster = std::getenv("JGG_SM90_RASTER");
+    return Rasterization{swizzle != nullptr ? std::atoi(swizzle) : 1,
+                         raster != nullptr && raster[0] == 'n'};
+  }();
+  return value;
+}
+
 inline cudaError_t FromCutlass(cutlass::Status status) {
   return status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorNotSupported;
 }
@@ -156,6 +176,11 @@ cudaError_t RunGrouped(int64_t count, Describe describe, const GroupedLaunch& la
   args.epilogue.dC = nullptr;
   args.epilogue.ptr_D = arrays.d;
   args.epilogue.dD = arrays.stride_d;
+  const Rasterization raster = ReadRasterization();
+  args.scheduler.max_swizzle_size = raster.swizzle;
+  args.scheduler.raster_order = raster.along_n
+                                    ? cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN
+                                    : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
   args.hw_info.device_id = launch.device;
   args.hw_info.sm_count = launch.sm_count;
 
