@@ -12,6 +12,7 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native
@@ -72,3 +73,31 @@ def test_captured_in_command_buffer_and_replays_with_new_group_sizes(tmp_path):
   assert "kCommandBuffer" in text
   ours = [line for line in text.splitlines() if "kCustomCall" in line]
   assert ours and all(line.startswith((" ", "\t")) for line in ours), text[:3000]
+
+
+# Shapes that take each CUDA path (see docs/ARCHITECTURE.md, "CUDA kernels"), bf16.
+_PATH_CASES = {
+    "large_groups_tensor_cores": (1024, 64, 256, [300, 0, 500, 224]),
+    "few_rows_per_group_small_tile": (96, 64, 128, [5, 0, 30, 1, 20, 40]),
+    "very_few_rows_wgrad_streaming": (40, 32, 64, [3, 0, 8, 1, 6, 2, 9, 4, 0, 7]),
+    "sum_below_rows": (512, 128, 64, [100, 0, 37]),
+}
+
+
+@requires_gpu
+@pytest.mark.parametrize("case", _PATH_CASES)
+def test_every_cuda_path_forward_dgrad_wgrad(case):
+  m, k, n, sizes = _PATH_CASES[case]
+  rng = np.random.default_rng(len(case))
+  x = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+  w = jnp.asarray(rng.standard_normal((len(sizes), k, n)), jnp.bfloat16)
+  ct = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+  group_sizes = jnp.asarray(sizes, jnp.int32)
+  out, vjp = jax.jit(lambda a, b: jax.vjp(lambda a, b: jgg.ragged_dot(a, b, group_sizes), a, b))(x, w)
+  dx, dw = vjp(ct)
+  f32 = lambda a: np.asarray(a.astype(jnp.float32))
+  assert reference.relative_error(out, reference.ragged_m(f32(x), f32(w), sizes)) < 1e-2
+  assert reference.relative_error(dx, reference.ragged_m(f32(ct), f32(w), sizes, rhs_transposed=True)) < 1e-2
+  expected_dw = reference.ragged_k(f32(x), f32(ct), sizes, len(sizes))
+  assert reference.relative_error(dw, expected_dw) < 1e-2
+  assert np.all(np.asarray(dw)[[i for i, s in enumerate(sizes) if s == 0]] == 0)
