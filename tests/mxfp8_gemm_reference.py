@@ -1,4 +1,5 @@
-"""Float64 values of an MXFP8Tensor, read from its raw fp8 bits and E8M0 scale bytes.
+"""Float64 references of the MXFP8 grouped GEMMs: an MXFP8Tensor's values read from its raw
+fp8 bits and E8M0 scale bytes, their ragged products, and the f32-accumulation check.
 
 Independent of the dequantize op (the MXFP8 GEMMs run on it): fp8 codes are
 decoded by ml_dtypes, each group's scales are read from the tensor's compact
@@ -9,8 +10,11 @@ are 0; a NaN scale (0xFF) gives NaN.
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+
+import reference
 
 import jax_grouped_gemm as jgg
 from reference import group_boundaries
@@ -53,3 +57,35 @@ def dequantized(q, colwise: bool) -> np.ndarray:
       e = np.repeat(scales[:rows, :-(-cols // BLOCK)], BLOCK, axis=1)[:, :cols]
     out[region] = np.where(e == 0xFF, np.nan, block * np.exp2(e - 127.0))
   return out
+
+
+def product(gemm, lhs, rhs, sizes, group_offset=0, num_groups=None):
+  """float64 result of one GEMM of the layer: "fwd" x . w[g], "dgrad" dy . w[g]^T (w [G, K, N]),
+  "wgrad" x^T . dy per group (num_groups outputs, len(sizes) by default)."""
+  if gemm == "fwd":
+    return reference.ragged_m(lhs, rhs, sizes, group_offset)
+  if gemm == "dgrad":
+    return reference.ragged_m(lhs, rhs, sizes, group_offset, rhs_transposed=True)
+  return reference.ragged_k(lhs, rhs, sizes, len(sizes) if num_groups is None else num_groups,
+                          group_offset)
+
+
+# One rounding of the f32 accumulator to the output dtype (half an ulp, relative).
+OUTPUT_ROUNDING = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+
+
+def check_product(out, gemm, lhs, rhs, sizes, group_offset=0, num_groups=None):
+  """Element by element: out is the float64 product of the dequantized values up to f32
+  accumulation ((n + 2) u sum|a b| over a contraction of n terms, u = 2^-24) and one
+  rounding to out's dtype. Per element, so small rows (where a wrong orientation of the
+  scales shows) count as much as large ones; a NaN (an unwritten element) fails."""
+  want = product(gemm, lhs, rhs, sizes, group_offset, num_groups)
+  magnitude = product(gemm, np.abs(lhs), np.abs(rhs), sizes, group_offset, num_groups)
+  assert out.shape == want.shape
+  length = lhs.shape[0] if gemm == "wgrad" else lhs.shape[1]
+  bound = ((length + 2) * 2.0 ** -24 * magnitude
+           + OUTPUT_ROUNDING[jnp.dtype(out.dtype).name] * np.abs(want))
+  error = np.abs(np.asarray(out.astype(jnp.float32), np.float64) - want)
+  bad = ~(error <= bound)
+  assert not bad.any(), (f"{bad.sum()} of {bad.size} elements off; worst error/bound "
+                         f"{np.nanmax(error / np.maximum(bound, 1e-300)):.3g}")

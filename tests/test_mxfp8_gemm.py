@@ -20,7 +20,7 @@ from conftest import requires_gpu
 from jax_grouped_gemm import mxfp8_gemm
 from jax_grouped_gemm.grouped_dense import DGRAD_DIMENSION_NUMBERS, WGRAD_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
-from mxfp8_dequantized import dequantized
+from mxfp8_gemm_reference import check_product, dequantized
 
 mxfp8 = jgg.mxfp8
 M, K, N, G = 150, 72, 40, 4  # K, N: partial 32-blocks; M: groups end mid-block
@@ -64,35 +64,6 @@ def _gemm_operands(gemm, qx, qw, qdy):
   return lhs, rhs, dequantized(lhs, lhs_colwise), dequantized(rhs, rhs_colwise)
 
 
-def _expected(gemm, lhs, rhs, sizes, group_offset=0, num_groups=G):
-  if gemm == "fwd":
-    return reference.ragged_m(lhs, rhs, sizes, group_offset)
-  if gemm == "dgrad":
-    return reference.ragged_m(lhs, rhs, sizes, group_offset, rhs_transposed=True)
-  return reference.ragged_k(lhs, rhs, sizes, num_groups, group_offset)
-
-
-# One rounding of the f32 accumulator to the output dtype (half an ulp, relative).
-OUTPUT_ROUNDING = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
-
-
-def _check(out, gemm, lhs, rhs, sizes, group_offset=0, num_groups=G):
-  """Element by element: out is the float64 product of the dequantized values up to f32
-  accumulation ((n + 2) u sum|a b| over a contraction of n terms, u = 2^-24) and one
-  rounding to out's dtype. Per element, so small rows (where a wrong orientation of the
-  scales shows) count as much as large ones; a NaN (an unwritten element) fails."""
-  want = _expected(gemm, lhs, rhs, sizes, group_offset, num_groups)
-  magnitude = _expected(gemm, np.abs(lhs), np.abs(rhs), sizes, group_offset, num_groups)
-  assert out.shape == want.shape
-  length = lhs.shape[0] if gemm == "wgrad" else lhs.shape[1]
-  bound = ((length + 2) * 2.0 ** -24 * magnitude
-           + OUTPUT_ROUNDING[jnp.dtype(out.dtype).name] * np.abs(want))
-  error = np.abs(np.asarray(out.astype(jnp.float32), np.float64) - want)
-  bad = ~(error <= bound)
-  assert not bad.any(), (f"{bad.sum()} of {bad.size} elements off; worst error/bound "
-                         f"{np.nanmax(error / np.maximum(bound, 1e-300)):.3g}")
-
-
 # --- numerics: every GEMM, every layout -------------------------------------------------
 
 @pytest.mark.parametrize("fp8", [E4M3, E5M2], ids=FP8_IDS)
@@ -105,7 +76,7 @@ def test_every_gemm_equals_dequantize_then_f32_matmul(gemm, layout, fp8):
   out = mxfp8.ragged_dot_general(lhs, rhs, group_sizes, GEMMS[gemm],
                                  preferred_element_type=jnp.float32)
   assert out.dtype == jnp.float32
-  _check(out, gemm, lhs64, rhs64, LAYOUTS[layout])
+  check_product(out, gemm, lhs64, rhs64, LAYOUTS[layout])
   if gemm == "wgrad":  # empty groups are exactly zero
     for g, size in enumerate(np.maximum(LAYOUTS[layout], 0)):
       if size == 0:
@@ -120,7 +91,7 @@ def test_default_result_is_bf16_rounded_once(gemm):
   lhs, rhs, lhs64, rhs64 = _gemm_operands(gemm, qx, qw, qdy)
   out = jax.jit(mxfp8.ragged_dot_general, static_argnums=3)(lhs, rhs, group_sizes, GEMMS[gemm])
   assert out.dtype == jnp.bfloat16
-  _check(out, gemm, lhs64, rhs64, sizes)
+  check_product(out, gemm, lhs64, rhs64, sizes)
 
 
 @pytest.mark.parametrize("gemm", list(GEMMS))
@@ -137,7 +108,7 @@ def test_one_mxfp8_operand_and_one_plain(gemm, which):
   out = mxfp8.ragged_dot_general(lhs, rhs, group_sizes, GEMMS[gemm])
   assert out.dtype == plain_dtype  # lax's promotion of bf16 (the MXFP8 side) with the other
   plain64 = np.asarray(jnp.asarray(rhs if which == "lhs" else lhs, jnp.float32), np.float64)
-  _check(out, gemm, lhs64 if which == "lhs" else plain64, plain64 if which == "lhs" else rhs64,
+  check_product(out, gemm, lhs64 if which == "lhs" else plain64, plain64 if which == "lhs" else rhs64,
          sizes)
 
 
@@ -148,7 +119,7 @@ def test_forward_accepts_x_quantized_without_groups():
   x = jnp.asarray(_values(np.random.default_rng(31), (M, K)), jnp.bfloat16)
   qx = mxfp8.quantize(x)  # layout "dense": rows past the groups keep their values
   out = mxfp8.ragged_dot(qx, qw, group_sizes, preferred_element_type=jnp.float32)
-  _check(out, "fwd", dequantized(qx, False), dequantized(qw, True), sizes)
+  check_product(out, "fwd", dequantized(qx, False), dequantized(qw, True), sizes)
 
 
 @pytest.mark.parametrize("gemm", list(GEMMS))
@@ -163,7 +134,7 @@ def test_group_offset_computes_only_the_local_groups(gemm):
                                  preferred_element_type=jnp.float32,
                                  group_offset=jnp.array([offset], jnp.int32))
   # wgrad: one output group per entry of group_sizes, output j = global group offset + j.
-  _check(out, gemm, lhs64, rhs64, sizes, offset, num_groups=G)
+  check_product(out, gemm, lhs64, rhs64, sizes, offset, num_groups=G)
 
 
 @pytest.mark.parametrize("gemm", list(GEMMS))
@@ -190,7 +161,7 @@ def test_gpu_tensor_core_shapes(gemm):
                  q(_values(rng, (m, n)), group_sizes))
   lhs, rhs, lhs64, rhs64 = _gemm_operands(gemm, qx, qw, qdy)
   out = jax.jit(mxfp8.ragged_dot_general, static_argnums=3)(lhs, rhs, group_sizes, GEMMS[gemm])
-  _check(out, gemm, lhs64, rhs64, sizes, num_groups=len(sizes))
+  check_product(out, gemm, lhs64, rhs64, sizes, num_groups=len(sizes))
 
 
 # --- orientation: what each GEMM reads ----------------------------------------------------
