@@ -8,4 +8,5 @@
   torch_competitors.py  worker timing torch._grouped_mm, torch.mm and a torch copy
   report.py             TFLOP/s, ratios and targets as Markdown, JSON and a PNG chart
   moe_bench.py          tokens/s of one MoE block fwd+bwd: ours vs jax.lax vs Pallas
+  mxfp8_gemm_bench.py   MXFP8 grouped GEMM (today: dequantize + BF16 GEMM) vs our BF16 one
 """

@@ -1,0 +1,30 @@
+"""tools/bench/mxfp8_gemm_bench.py end to end on a tiny shape (CPU, seconds); the numbers come
+from the GPU run (`PYTHONPATH=python python3 -m tools.bench.mxfp8_gemm_bench --out DIR`)."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools.bench
+
+from tools.bench import mxfp8_gemm_bench  # noqa: E402
+from tools.bench import shapes as shapes_lib  # noqa: E402
+
+
+def test_tiny_shape_times_checks_and_reports_every_pass(tmp_path):
+  # 96 rows over 4 experts: Zipf sizes, not multiples of 32; K, N multiples of 8.
+  shape = shapes_lib.GroupedGemmShape("tiny", 96, 64, 48, 4, routing="zipf", seed=3)
+  result = mxfp8_gemm_bench.run([shape], shapes_lib.PASSES, str(tmp_path), calls=2, runs=2,
+                                log=lambda _: None)
+  records = {r["pass_name"]: r for r in result["records"]}
+  assert set(records) == set(shapes_lib.PASSES)
+  for r in records.values():
+    assert "error" not in r, r.get("error")
+    assert r["bf16"]["runs"] == r["mxfp8"]["runs"] == 2
+    assert r["speedup"] > 0 and r["target_speedup"] == 1.0
+    assert r["check_rel_err"] < 1e-2  # against the BF16 GEMM of the dequantized operands
+  saved = json.loads((tmp_path / "mxfp8_gemm_bench.json").read_text())
+  assert saved["path"] == "dequantize"
+  table = (tmp_path / "mxfp8_gemm_bench.md").read_text()
+  assert "not the fused dequantize-on-load kernel" in table
+  assert "| tiny | 96, 64, 48, 4 | wgrad | compute |" in table
