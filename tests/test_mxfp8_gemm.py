@@ -108,8 +108,10 @@ def test_one_mxfp8_operand_and_one_plain(gemm, which):
   out = mxfp8.ragged_dot_general(lhs, rhs, group_sizes, GEMMS[gemm])
   assert out.dtype == plain_dtype  # lax's promotion of bf16 (the MXFP8 side) with the other
   plain64 = np.asarray(jnp.asarray(rhs if which == "lhs" else lhs, jnp.float32), np.float64)
-  check_product(out, gemm, lhs64 if which == "lhs" else plain64, plain64 if which == "lhs" else rhs64,
-         sizes)
+  if which == "lhs":
+    check_product(out, gemm, lhs64, plain64, sizes)
+  else:
+    check_product(out, gemm, plain64, rhs64, sizes)
 
 
 def test_forward_accepts_x_quantized_without_groups():
@@ -120,6 +122,20 @@ def test_forward_accepts_x_quantized_without_groups():
   qx = mxfp8.quantize(x)  # layout "dense": rows past the groups keep their values
   out = mxfp8.ragged_dot(qx, qw, group_sizes, preferred_element_type=jnp.float32)
   check_product(out, "fwd", dequantized(qx, False), dequantized(qw, True), sizes)
+
+
+def test_wgrad_of_transposed_x_reads_rowwise_blocks_grouped_along_columns():
+  """x^T [K, M] contracting its ragged last axis: rowwise blocks restarting at the column
+  groups (layout varying_last)."""
+  sizes = LAYOUTS["uneven_with_empty"]
+  _, _, qdy, group_sizes = _operands(35, sizes)
+  x_t = jnp.asarray(_values(np.random.default_rng(35), (K, M)), jnp.bfloat16)
+  qx_t = mxfp8.quantize(x_t, group_sizes, ragged_axis=1)
+  dims = jax.lax.RaggedDotDimensionNumbers(
+      dot_dimension_numbers=(([1], [0]), ([], [])), lhs_ragged_dimensions=[1],
+      rhs_group_dimensions=[])
+  out = mxfp8.ragged_dot_general(qx_t, qdy, group_sizes, dims, preferred_element_type=jnp.float32)
+  check_product(out, "wgrad", dequantized(qx_t, False).T, dequantized(qdy, True), sizes)
 
 
 @pytest.mark.parametrize("gemm", list(GEMMS))

@@ -25,9 +25,9 @@ tests/test_mxfp8_gemm.py):
     become bf16 subnormals finer than bf16's 2^-133 step. Such scales only occur
     in blocks whose largest magnitude is below 448 * 2^-125 ~ 1e-35 (e4m3) or
     57344 * 2^-118 ~ 2e-31 (e5m2).
-  * above the range (e > 246 / 239) the largest elements overflow any float32
-    computation (+-Inf, as dequantize documents); TE's scale rule does not
-    produce such scales from finite inputs except at the float32 maximum.
+  * above the range (e > 246 / 239) the largest codes overflow f32 too (+-Inf,
+    as dequantize documents); TE's scale rule gives such scales only to blocks
+    whose largest magnitude is above 1.75 * 2^127 ~ 3e38, near the f32 maximum.
 So operands are dequantized to bf16 (the tensor-core GEMM) unless `precision`
 is HIGHEST or a plain operand is f32/f16, which give f32 (exact for every value,
 on the slower f32 kernel).
