@@ -137,7 +137,8 @@ def run_load(url: str, *, requests: int = 400, threads: int = 4, rows=(1, 8), se
   result = {
       "url": url, "requests_sent": done + len(errors), "requests_ok": done, "errors": errors[:10],
       "error_count": len(errors), "threads": threads, "rows_per_request": list(rows),
-      "wall_s": wall_s, "requests_per_s": done / wall_s, "rows_per_s": row_count[0] / wall_s,
+      "rows_ok": row_count[0], "wall_s": wall_s, "requests_per_s": done / wall_s,
+      "rows_per_s": row_count[0] / wall_s,
       "latency_ms": _percentiles(latencies), "server": server_stats, "info": info,
       "timed_out": any(worker.is_alive() for worker in workers) or done + len(errors) < requests,
   }

@@ -250,6 +250,7 @@ def save(exported: jax.export.Exported | Sequence[jax.export.Exported],
   """
   modules = (exported,) if isinstance(exported, jax.export.Exported) else tuple(exported)
   _check_modules(modules)
+  _require_flatbuffers()
   path = os.fspath(path)
   os.makedirs(path, exist_ok=True)
   info = manifest(modules)
@@ -267,6 +268,14 @@ def save(exported: jax.export.Exported | Sequence[jax.export.Exported],
     json.dump(info, f, indent=1)
     f.write("\n")
   return path
+
+
+def _require_flatbuffers():
+  try:
+    import flatbuffers  # noqa: F401
+  except ImportError as e:
+    raise ImportError("jax.export (de)serialization needs the flatbuffers package (pinned in "
+                      "requirements.txt): pip install flatbuffers") from e
 
 
 # --- load ---------------------------------------------------------------------------
@@ -332,7 +341,8 @@ class Artifact:
             f"{expected['axis_sizes']}, got {list(mesh.axis_names)} of {list(mesh.axis_sizes)}")
       leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
       shardings = self.exported.in_shardings_jax(mesh)
-      leaves = [leaf if s is None else jax.device_put(leaf, s) for leaf, s in zip(leaves, shardings)]
+      leaves = [leaf if sharding is None else jax.device_put(leaf, sharding)
+                for leaf, sharding in zip(leaves, shardings)]
       args, kwargs = jax.tree_util.tree_unflatten(tree, leaves)
     return self.exported.call(*args, **kwargs)
 
@@ -396,6 +406,7 @@ def load(path: str | os.PathLike, *, platform: str | None = None) -> Artifact:
   if hashlib.sha256(serialized).hexdigest() != module["sha256"]:
     raise IncompatibleArtifactError(f"{path}: {module['file']} does not match the manifest's "
                                     "sha256")
+  _require_flatbuffers()
   exported = jax.export.deserialize(bytearray(serialized))
   ours, _ = custom_calls(exported.mlir_module())
   if sorted(t["name"] for t in ours) != sorted(t["name"] for t in module["targets"]):

@@ -94,10 +94,9 @@ class RowBatcher:
     if not self.served_outputs:
       raise ValueError(f"artifact: no output has the batch dimension {self.batch}")
     # Answers are JSON numbers: floats kept as float32 (bf16 widened), integers as int64.
-    self._output_rows = [
-        (tuple(info["outputs"][j]["shape"][1:]),
-         np.float32 if jnp.issubdtype(jnp.dtype(info["outputs"][j]["dtype"]), jnp.floating) else np.int64)
-        for j in self.served_outputs]
+    is_float = lambda j: jnp.issubdtype(jnp.dtype(info["outputs"][j]["dtype"]), jnp.floating)
+    self._output_rows = [(tuple(info["outputs"][j]["shape"][1:]),
+                          np.float32 if is_float(j) else np.int64) for j in self.served_outputs]
     self.window_s = window_s
     params = [jax.device_put(p) for p in artifact.params]  # once, on the default device
     run = jax.jit(lambda x, *p: artifact.call_flat(x, *p))
@@ -139,11 +138,12 @@ class RowBatcher:
     return request.outputs
 
   def close(self):
+    """Refuses new requests, answers the queued ones (no more waiting for the window), stops."""
     with self._cond:
       self._stopping = True
       self._cond.notify()
     self._thread.join()
-    for request in self._pending:  # left when stopping: answer them, do not hang the clients
+    for request in self._pending:  # only if the device thread died: do not hang the clients
       request.error = "the server shut down before answering"
       request.finished.set()
 
@@ -154,7 +154,7 @@ class RowBatcher:
       with self._cond:
         while not self._pending and not self._stopping:
           self._cond.wait()
-        if self._stopping:
+        if not self._pending:  # stopping, and everything queued has been answered
           return
         deadline = self._pending[0].submitted + self.window_s
         while self._pending_rows < self.batch and not self._stopping:
