@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 import moe_reference
 import reference
-from conftest import requires_gpu
+from conftest import has_gpu, requires_gpu
 
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import moe
@@ -292,6 +292,9 @@ def test_load_refuses_other_platforms_and_foreign_manifests(tmp_path):
   with pytest.raises(jgg.export.IncompatibleArtifactError,
                      match=r"exported for platforms \['cuda'\], cannot run on cpu"):
     jgg.export.load(path, platform="cpu")
+  if not has_gpu():
+    with pytest.raises(jgg.export.IncompatibleArtifactError, match="has 0 cuda devices"):
+      jgg.export.load(path, platform="cuda")
   info = json.load(open(path / "manifest.json"))
   info["format"] = "jax_grouped_gemm.export/2"
   json.dump(info, open(path / "manifest.json", "w"))

@@ -312,13 +312,15 @@ class Artifact:
   manifest: dict
   exported: jax.export.Exported
   params: tuple[np.ndarray, ...]
+  platform: str  # the one it was loaded for: "cuda", "cpu"
 
   def mesh(self, devices=None) -> Mesh | None:
-    """A mesh of the artifact's axis names and sizes over `devices` (default: the first ones)."""
+    """A mesh of the artifact's axis names and sizes over `devices` (default: the first
+    devices of its platform)."""
     if self.manifest["mesh"] is None:
       return None
     names, sizes = self.manifest["mesh"]["axis_names"], self.manifest["mesh"]["axis_sizes"]
-    devices = list(jax.devices() if devices is None else devices)[:math.prod(sizes)]
+    devices = list(_devices(self.platform) if devices is None else devices)[:math.prod(sizes)]
     if len(devices) < math.prod(sizes):
       raise IncompatibleArtifactError(
           f"{self.path}: the mesh {dict(zip(names, sizes))} needs {math.prod(sizes)} devices, got "
@@ -352,6 +354,10 @@ class Artifact:
       raise TypeError(f"leaves: expected {len(self.exported.in_avals)} inputs, got {len(leaves)}")
     args, kwargs = jax.tree_util.tree_unflatten(self.exported.in_tree, leaves)
     return jax.tree_util.tree_leaves(self.call(*args, mesh=mesh, **kwargs))
+
+
+def _devices(platform: str):
+  return jax.devices("gpu" if platform in ("cuda", "rocm") else platform)
 
 
 def _read_manifest(path: str) -> dict:
@@ -398,9 +404,13 @@ def load(path: str | os.PathLike, *, platform: str | None = None) -> Artifact:
         f"{path} (made by jax_grouped_gemm {info['library']['version']}) cannot run on "
         f"jax_grouped_gemm {__version__}: " + "; ".join(problems) + ". An artifact runs on builds "
         "that register every target version it names: re-export it with this build.")
-  if info["devices"] > jax.device_count():
+  try:
+    available = len(_devices(platform))
+  except RuntimeError:  # jax has no backend for it in this process
+    available = 0
+  if info["devices"] > available:
     raise IncompatibleArtifactError(f"{path}: needs {info['devices']} devices, this process has "
-                                    f"{jax.device_count()}")
+                                    f"{available} {platform} devices")
   with open(os.path.join(path, module["file"]), "rb") as f:
     serialized = f.read()
   if hashlib.sha256(serialized).hexdigest() != module["sha256"]:
@@ -413,4 +423,5 @@ def load(path: str | os.PathLike, *, platform: str | None = None) -> Artifact:
     raise IncompatibleArtifactError(f"{path}: {module['file']} calls "
                                     f"{[t['name'] for t in ours]}, the manifest lists "
                                     f"{[t['name'] for t in module['targets']]}")
-  return Artifact(path=path, manifest=info, exported=exported, params=_read_params(path, info))
+  return Artifact(path=path, manifest=info, exported=exported, params=_read_params(path, info),
+                  platform=platform)
