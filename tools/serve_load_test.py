@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import re
 import signal
 import subprocess
@@ -39,7 +40,13 @@ def _connection(url: str, timeout: float) -> http.client.HTTPConnection:
 
 def spawn_server(artifact: str, *, window_ms: float = 2.0, timeout: float = 300.0,
                  env=None) -> tuple[subprocess.Popen, str]:
-  """Starts the server on a free loopback port in a child process; returns (process, url)."""
+  """Starts the server on a free loopback port in a child process; returns (process, url).
+
+  The child does not preallocate GPU memory (XLA_PYTHON_CLIENT_PREALLOCATE=false
+  unless env says otherwise): this process may already hold jax's default 75%.
+  """
+  env = dict(os.environ if env is None else env)
+  env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
   process = subprocess.Popen(
       [sys.executable, "-m", "jax_grouped_gemm.serve", artifact, "--host", "127.0.0.1",
        "--port", "0", "--window-ms", str(window_ms)],
