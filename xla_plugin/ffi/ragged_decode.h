@@ -34,12 +34,19 @@ inline std::string ShapeMismatch(const char* operand, const char* expected) {
 template <typename Dims>
 bool HasRank(const Dims& dims, size_t rank) { return dims.size() == rank; }
 
-// Checks shared by both ops: group metadata, workspace and element types.
-inline ffi::Error CheckCommon(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs,
-                              ffi::Buffer<ffi::S32> group_sizes,
-                              ffi::Buffer<ffi::S32> group_offset, ffi::Result<ffi::AnyBuffer> out,
-                              ffi::Result<ffi::Buffer<ffi::U8>> workspace, int64_t batch,
-                              int64_t num_local_groups) {
+// What both ops decode alike: group metadata, workspace, element types, pointers.
+struct CommonCall {
+  ElementType in_type, out_type;
+  int64_t num_global_groups;
+  RaggedOperands operands;
+};
+
+inline ffi::ErrorOr<CommonCall> DecodeCommon(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs,
+                                             ffi::Buffer<ffi::S32> group_sizes,
+                                             ffi::Buffer<ffi::S32> group_offset,
+                                             ffi::Result<ffi::AnyBuffer> out,
+                                             ffi::Result<ffi::Buffer<ffi::U8>> workspace,
+                                             int64_t batch, int64_t num_local_groups) {
   if (lhs.element_type() != rhs.element_type())
     return ffi::Error::InvalidArgument("rhs: element type must equal lhs's");
   const auto gs = group_sizes.dimensions();
@@ -50,7 +57,14 @@ inline ffi::Error CheckCommon(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs,
   if (static_cast<int64_t>(workspace->element_count()) <
       RaggedWorkspaceBytes(batch, num_local_groups))
     return ffi::Error::InvalidArgument("workspace: smaller than workspace_bytes()");
-  return ffi::Error::Success();
+  auto in_type = DecodeElementType(lhs.element_type(), "lhs");
+  if (in_type.has_error()) return in_type.error();
+  auto out_type = DecodeElementType(out->element_type(), "out");
+  if (out_type.has_error()) return out_type.error();
+  return CommonCall{
+      in_type.value(), out_type.value(), gs[1],
+      RaggedOperands{lhs.untyped_data(), rhs.untyped_data(), group_sizes.typed_data(),
+                     group_offset.typed_data(), out->untyped_data(), workspace->untyped_data()}};
 }
 
 struct DecodedRaggedM {
@@ -71,19 +85,11 @@ inline ffi::ErrorOr<DecodedRaggedM> DecodeRaggedM(
   const int64_t groups = r[0], n = r[rhs_transposed ? 2 : 3];
   if (!HasRank(o, 3) || o[0] != batch || o[1] != rows || o[2] != n)
     return ffi::Error::InvalidArgument(ShapeMismatch("out", "[B, M, N]"));
-  if (auto e = CheckCommon(lhs, rhs, group_sizes, group_offset, out, workspace, batch, groups);
-      e.failure())
-    return e;
-  auto in_type = DecodeElementType(lhs.element_type(), "lhs");
-  if (in_type.has_error()) return in_type.error();
-  auto out_type = DecodeElementType(out->element_type(), "out");
-  if (out_type.has_error()) return out_type.error();
-  const int64_t num_global = group_sizes.dimensions()[1];
-  return DecodedRaggedM{
-      RaggedMProblem{batch, rows, k, n, groups, num_global, rhs_transposed, in_type.value(),
-                     out_type.value()},
-      RaggedOperands{lhs.untyped_data(), rhs.untyped_data(), group_sizes.typed_data(),
-                     group_offset.typed_data(), out->untyped_data(), workspace->untyped_data()}};
+  auto common = DecodeCommon(lhs, rhs, group_sizes, group_offset, out, workspace, batch, groups);
+  if (common.has_error()) return common.error();
+  return DecodedRaggedM{RaggedMProblem{batch, rows, k, n, groups, common->num_global_groups,
+                                       rhs_transposed, common->in_type, common->out_type},
+                        common->operands};
 }
 
 struct DecodedRaggedK {
@@ -104,18 +110,11 @@ inline ffi::ErrorOr<DecodedRaggedK> DecodeRaggedK(
   if (!HasRank(o, 4) || o[1] != batch || o[2] != p || o[3] != n)
     return ffi::Error::InvalidArgument(ShapeMismatch("out", "[G, B, P, N]"));
   const int64_t groups = o[0];
-  if (auto e = CheckCommon(lhs, rhs, group_sizes, group_offset, out, workspace, batch, groups);
-      e.failure())
-    return e;
-  auto in_type = DecodeElementType(lhs.element_type(), "lhs");
-  if (in_type.has_error()) return in_type.error();
-  auto out_type = DecodeElementType(out->element_type(), "out");
-  if (out_type.has_error()) return out_type.error();
-  const int64_t num_global = group_sizes.dimensions()[1];
-  return DecodedRaggedK{
-      RaggedKProblem{batch, rows, p, n, groups, num_global, in_type.value(), out_type.value()},
-      RaggedOperands{lhs.untyped_data(), rhs.untyped_data(), group_sizes.typed_data(),
-                     group_offset.typed_data(), out->untyped_data(), workspace->untyped_data()}};
+  auto common = DecodeCommon(lhs, rhs, group_sizes, group_offset, out, workspace, batch, groups);
+  if (common.has_error()) return common.error();
+  return DecodedRaggedK{RaggedKProblem{batch, rows, p, n, groups, common->num_global_groups,
+                                       common->in_type, common->out_type},
+                        common->operands};
 }
 
 // The operands every ragged GEMM handler binds, in order: lhs, rhs,
