@@ -116,8 +116,14 @@ class RowBatcher:
 
   # --- requests ---------------------------------------------------------------
 
+  def check_rows(self, rows: np.ndarray):
+    if rows.ndim == 0 or rows.shape[1:] != self.row_shape or rows.shape[0] == 0:
+      raise ValueError(f"inputs: expected n >= 1 rows of shape {list(self.row_shape)}, got an "
+                       f"array of shape {list(rows.shape)}")
+
   def submit(self, rows: np.ndarray) -> _Request:
     """Queues rows [n, *row_shape] (n >= 1); wait on the result's `finished`."""
+    self.check_rows(rows)
     outputs = [np.empty((rows.shape[0],) + shape, dtype) for shape, dtype in self._output_rows]
     request = _Request(rows=np.asarray(rows, self.dtype), outputs=outputs,
                        submitted=time.perf_counter())
@@ -291,9 +297,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     rows = np.asarray(body["inputs"])
     if rows.dtype.kind not in "biuf":
       raise TypeError(f"inputs: expected numbers, got {rows.dtype.name} values")
-    if rows.ndim == 0 or rows.shape[1:] != batcher.row_shape or rows.shape[0] == 0:
-      raise ValueError(f"inputs: expected n >= 1 rows of shape {list(batcher.row_shape)}, got an "
-                       f"array of shape {list(rows.shape)}")
+    batcher.check_rows(rows)
     if rows.shape[0] > self.server.max_rows:
       raise ValueError(f"inputs: {rows.shape[0]} rows, at most {self.server.max_rows} per request")
     return rows.astype(batcher.dtype)
