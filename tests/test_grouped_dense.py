@@ -8,6 +8,7 @@ small MoE-style regression that must track BF16.
 """
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -109,6 +110,25 @@ def test_group_offset_computes_and_differentiates_only_the_local_experts():
   y, dx, dw = _vjp(fn, x, kernel, dy)
   assert dw.shape == kernel.shape
   _check_recipe(recipe, x, kernel, dy, y, dx, dw, group_offset=offset)
+
+
+def _quantize_orientations(fn, *args):
+  """(rowwise, colwise) of every quantize call in fn's program, in order."""
+  calls = str(jax.make_jaxpr(fn)(*args)).split("ffi_call[")[1:]
+  flag = lambda name, call: re.search(rf"\('{name}', (True|False)\)", call).group(1) == "True"
+  return [(flag("rowwise", c), flag("colwise", c)) for c in calls
+          if "target_name=jgg_mxfp8_quantize" in c]
+
+
+def test_each_operand_is_quantized_once_in_the_orientations_needed():
+  x, kernel, dy, sizes = _operands(11)
+  recipe = jgg.MXFP8Recipe()
+  forward = lambda a, b: jgg.grouped_dense(a, b, sizes, recipe=recipe)
+  # Serving (no gradient): x rowwise, kernel colwise only.
+  assert _quantize_orientations(forward, x, kernel) == [(True, False), (False, True)]
+  # Training: x, kernel and dy each once, both orientations in one pass.
+  loss = lambda a, b: jnp.sum(forward(a, b).astype(jnp.float32) ** 2)
+  assert _quantize_orientations(jax.grad(loss, (0, 1)), x, kernel) == [(True, True)] * 3
 
 
 # --- pre-quantized kernels (serving) -------------------------------------------------------

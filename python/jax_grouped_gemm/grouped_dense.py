@@ -18,6 +18,7 @@ recipe=MXFP8Recipe(...): a custom VJP with MXFP8 numerics in all three GEMMs
            rowwise + colwise; y = x(rowwise) . W(colwise).
   backward quantize dy once, rowwise + colwise; dx = dy(rowwise) . W(rowwise)^T,
            dW = x(colwise)^T . dy(colwise) per group.
+Not differentiated (serving), only x rowwise and the kernel colwise are quantized.
 The residuals are the fp8 halves the backward reads (x colwise, W rowwise: half
 the bytes of a bf16 x), named with checkpoint_name (RESIDUAL_NAMES) so a remat
 policy can save them, e.g.
@@ -146,18 +147,24 @@ class _Config:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _mxfp8_grouped_dense(config, x, kernel, group_sizes, group_offset):
-  return _forward(config, x, kernel, group_sizes, group_offset)[0]
+  # Not differentiated (serving): only the forward's orientations are quantized.
+  qx, qw = _quantized(config, x, kernel, group_sizes, for_backward=False)
+  return mxfp8_gemm.ragged_dot(qx, qw, group_sizes, preferred_element_type=config.out_dtype,
+                               group_offset=group_offset)
+
+
+def _quantized(config, x, kernel, group_sizes, for_backward: bool):
+  """x rowwise and the kernel colwise (the forward); their other halves too for_backward."""
+  recipe = config.recipe
+  fp8 = dict(dtype=recipe.forward_dtype, scale_layout=recipe.scale_layout)
+  qx = quantize(x, group_sizes, rowwise=True, colwise=for_backward, **fp8)
+  if isinstance(kernel, MXFP8Tensor):
+    return qx, kernel
+  return qx, quantize(kernel, rowwise=for_backward, colwise=True, **fp8)
 
 
 def _forward(config, x, kernel, group_sizes, group_offset):
-  recipe = config.recipe
-  qx = quantize(x, group_sizes, rowwise=True, colwise=True, dtype=recipe.forward_dtype,
-                scale_layout=recipe.scale_layout)
-  if isinstance(kernel, MXFP8Tensor):
-    qw = kernel
-  else:
-    qw = quantize(kernel, rowwise=True, colwise=True, dtype=recipe.forward_dtype,
-                  scale_layout=recipe.scale_layout)
+  qx, qw = _quantized(config, x, kernel, group_sizes, for_backward=True)
   y = mxfp8_gemm.ragged_dot(qx, qw, group_sizes, preferred_element_type=config.out_dtype,
                             group_offset=group_offset)
   # Keep only the orientations the backward reads: x colwise (wgrad), W rowwise (dgrad).
