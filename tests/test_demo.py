@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,3 +63,14 @@ def test_command_line_bf16_passes_its_checks(tmp_path):
   assert "first step vs the same model on jax.lax.ragged_dot" in done.stdout
   assert _native.RAGGED_M_TARGET in done.stdout and "tokens/s" in done.stdout
   assert plot.exists()
+
+
+@pytest.mark.skipif(not hasattr(jgg, "MXFP8Recipe"), reason="needs jgg.MXFP8Recipe")
+def test_tiny_mxfp8_run_matches_its_lax_reference_and_learns(demo):
+  config = demo.Config(recipe="mxfp8", **{**TINY, "steps": 20})
+  result = demo.train(config, progress=False, log=lambda _: None)
+  assert result.first_step["loss"] < 1e-4 and result.first_step["gradients"] < 5e-3
+  assert result.first_step_ok
+  assert result.kernels.get(_native.RAGGED_M_TARGET, 0) >= 3 * config.layers
+  ce = result.cross_entropy
+  assert ce[-5:].mean() < 0.8 * ce[:5].mean()
