@@ -194,10 +194,7 @@ def moe_layer(x, weights: MoEWeights, *, top_k: int, normalize_weights: bool = T
     block = jax.shard_map(
         functools.partial(block, axis_name=expert_axis), mesh=mesh,
         in_specs=(P(expert_axis, None), MoEWeights(P(), experts, experts, experts)),
-        out_specs=(P(expert_axis, None), P()),
-        # jgg's primitives do not yet type their results' varying manual axes
-        # (vma), which check_vma needs for their transposes under jax.grad.
-        check_vma=False)
+        out_specs=(P(expert_axis, None), P()))
   y, aux_loss = block(x.reshape(-1, x.shape[-1]), weights)
   return y.reshape(x.shape), aux_loss
 
