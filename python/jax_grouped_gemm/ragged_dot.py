@@ -61,10 +61,16 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
   """jax.lax.ragged_dot_general on the grouped-GEMM kernels (same signature and results).
 
   `precision` is accepted for compatibility: f32 operands are always multiplied
-  in full f32, bf16/f16 operands always accumulate in f32.
+  in full f32, bf16/f16 operands always accumulate in f32. MXFP8Tensor operands
+  (jgg.mxfp8.quantize) are multiplied at their exact dequantized values
+  (jax_grouped_gemm.mxfp8_gemm).
   With `group_offset` in ragged-contracting mode, output group j is global group
   offset + j (groups past the end of group_sizes are zero).
   """
+  if _is_mxfp8(lhs) or _is_mxfp8(rhs):
+    from jax_grouped_gemm import mxfp8_gemm  # imported here: mxfp8_gemm imports this module
+    return mxfp8_gemm.ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers,
+                                         precision, preferred_element_type, group_offset)
   lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
   dims = ragged_dot_dimension_numbers
   _check_dtypes(lhs, rhs, group_sizes)
@@ -81,6 +87,12 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
   if mode is Mode.RAGGED_NONCONTRACTING:
     return _ragged_noncontracting(lhs, rhs, group_sizes, group_offset, dims, out_aval)
   return _ragged_contracting(lhs, rhs, group_sizes, group_offset, dims, out_aval)
+
+
+def _is_mxfp8(x) -> bool:
+  # Imported at call time: the mxfp8 package imports this module.
+  from jax_grouped_gemm.mxfp8.tensor import MXFP8Tensor
+  return isinstance(x, MXFP8Tensor)
 
 
 # --- trace-time checks ----------------------------------------------------------
