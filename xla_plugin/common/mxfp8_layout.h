@@ -56,9 +56,10 @@ JGG_HOST_DEVICE inline int64_t GroupScaleBytes(int64_t rows, int64_t cols) {
 }
 
 // Largest sum over groups of ceil(size_g / tile) when sizes are >= 0 and sum to at most
-// `extent`: each group adds at most tile - 1 elements of padding.
+// `extent`: each non-empty group (at most min(groups, extent) of them) adds at most tile - 1
+// elements of padding.
 JGG_HOST_DEVICE inline int64_t MaxSumOfTiles(int64_t extent, int64_t num_groups, int64_t tile) {
-  return (extent + (tile - 1) * num_groups) / tile;
+  return (extent + (tile - 1) * MinI64(num_groups, extent)) / tile;
 }
 
 // Bytes of one orientation's scale buffer, the worst case over all group sizes.
