@@ -9,7 +9,6 @@ import sys
 import numpy as np
 import pytest
 
-import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,7 +64,6 @@ def test_command_line_bf16_passes_its_checks(tmp_path):
   assert plot.exists()
 
 
-@pytest.mark.skipif(not hasattr(jgg, "MXFP8Recipe"), reason="needs jgg.MXFP8Recipe")
 def test_tiny_mxfp8_run_matches_its_lax_reference_and_learns(demo):
   config = demo.Config(recipe="mxfp8", **{**TINY, "steps": 20})
   result = demo.train(config, progress=False, log=lambda _: None)

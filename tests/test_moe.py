@@ -211,14 +211,14 @@ def expert_parallel_checks():
   hlo = jax.jit(functools.partial(moe.moe_layer, top_k=2, expert_axis="expert", mesh=mesh)
                 ).lower(xs, ws).as_text()
   assert f"tensor<{experts // shards}x1x{d_model}x{d_ff}xf32>" in hlo
-  if hasattr(jgg, "MXFP8Recipe"):  # the recipe's custom VJP runs per shard just the same
-    recipe = functools.partial(jgg.grouped_dense, recipe=jgg.MXFP8Recipe())
-    (want_grads, (want_y, _)) = grad(projection=recipe)(x, w)
-    with jax.set_mesh(mesh):
-      got_grads, (got_y, _) = grad(projection=recipe, expert_axis="expert")(xs, ws)
-    assert relative_error(got_y, want_y) < 1e-6
-    for got, want in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
-      assert relative_error(got, want) < 1e-5
+  # The MXFP8 recipe's custom VJP runs per shard just the same.
+  recipe = functools.partial(jgg.grouped_dense, recipe=jgg.MXFP8Recipe())
+  (want_grads, (want_y, _)) = grad(projection=recipe)(x, w)
+  with jax.set_mesh(mesh):
+    got_grads, (got_y, _) = grad(projection=recipe, expert_axis="expert")(xs, ws)
+  assert relative_error(got_y, want_y) < 1e-6
+  for got, want in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
+    assert relative_error(got, want) < 1e-5
   # CPU lowers the emulation, CUDA the real collective.
   assert "ragged_all_to_all" not in hlo
   cuda = jax.jit(functools.partial(moe.moe_layer, top_k=2, expert_axis="expert", mesh=mesh)

@@ -145,12 +145,8 @@ def make_recipe(name: str):
     return jnp.float32, None
   if name == "bf16":
     return jnp.bfloat16, None
-  if name == "mxfp8":
-    recipe_type = getattr(jgg, "MXFP8Recipe", None)
-    if recipe_type is None or not hasattr(jgg, "grouped_dense"):
-      raise SystemExit("--recipe=mxfp8: this build of jax_grouped_gemm has no MXFP8 recipe yet "
-                       "(jgg.MXFP8Recipe / jgg.grouped_dense); use --recipe=bf16")
-    return jnp.bfloat16, recipe_type()
+  if name == "mxfp8":  # bf16 activations, MXFP8 (e4m3, per-32 scales) in every expert GEMM
+    return jnp.bfloat16, jgg.MXFP8Recipe()
   raise ValueError(f"recipe: expected one of {RECIPES + ('float32',)}, got {name!r}")
 
 

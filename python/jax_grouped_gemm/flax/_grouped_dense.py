@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax.nnx.nn import dtypes
 
+from jax_grouped_gemm.grouped_dense import grouped_dense
 from jax_grouped_gemm.ragged_dot import ragged_dot as jgg_ragged_dot
 
 # LeCun normal per group: fan-in is in_features, not groups x in_features.
@@ -26,26 +27,16 @@ def grouped_matmul(lhs, rhs, group_sizes, *, group_offset=None, precision=None,
   """lhs [rows, in] . rhs [groups, in, out] -> [rows, out] by `ragged_dot`, or by the recipe.
 
   `ragged_dot` is any function with jax.lax.ragged_dot's signature (jgg's by
-  default; jax.lax's builds the reference model).
+  default; jax.lax's builds the reference model). With a `recipe`
+  (jgg.MXFP8Recipe) the product is jgg.grouped_dense's, which fixes precision
+  and result dtype itself.
   """
-  if recipe is not None:
-    return _grouped_dense_with_recipe(lhs, rhs, group_sizes, group_offset, recipe)
+  if recipe is not None:  # the recipe's own custom VJP (MXFP8: quantize, MXFP8 GEMMs)
+    return grouped_dense(lhs, rhs, group_sizes, recipe=recipe, group_offset=group_offset)
   # jax.lax.ragged_dot accepts group_offset only as None: pass it only when set.
   offset = {} if group_offset is None else {"group_offset": group_offset}
   return ragged_dot(lhs, rhs, group_sizes, precision=precision,
                     preferred_element_type=preferred_element_type, **offset)
-
-
-def _grouped_dense_with_recipe(lhs, rhs, group_sizes, group_offset, recipe):
-  # The MXFP8 recipe (issue 6) brings jgg.grouped_dense with its own custom VJP;
-  # until that lands in this build, a recipe cannot run.
-  import jax_grouped_gemm
-  grouped_dense = getattr(jax_grouped_gemm, "grouped_dense", None)
-  if grouped_dense is None:
-    raise NotImplementedError(
-        f"recipe={recipe!r}: this build of jax_grouped_gemm has no grouped_dense (it comes "
-        "with the MXFP8 recipe, python/jax_grouped_gemm/mxfp8); use recipe=None")
-  return grouped_dense(lhs, rhs, group_sizes, recipe=recipe, group_offset=group_offset)
 
 
 def group_bias(bias, group_sizes, num_rows: int, group_offset=None):
