@@ -21,8 +21,9 @@ template <> __device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { 
 template <> __device__ inline __half FromFloat<__half>(float v) { return __float2half_rn(v); }
 
 // out[g, b, i, n0 .. n0+8) = sum over rows r of g: lhs[b, r, i] * rhs[b, r, n0 .. n0+8).
-// Consecutive threads own consecutive vectors of one output row: coalesced
-// 16-byte loads of rhs and stores of out; lhs[b, r, i] is a broadcast.
+// A block walks output rows i; its threads walk the 8-element vectors of that
+// row (coalesced 16-byte loads of rhs and stores of out, no index division);
+// lhs[b, r, i] is a broadcast.
 template <class T, class O>
 __global__ void __launch_bounds__(kThreads) RaggedKFewRowsKernel(RaggedKProblem p, const T* lhs,
                                                                  const T* rhs, O* out,
@@ -33,25 +34,24 @@ __global__ void __launch_bounds__(kThreads) RaggedKFewRowsKernel(RaggedKProblem 
   const T* lhs_b = lhs + b * p.rows * p.p;
   const T* rhs_b = rhs + b * p.rows * p.n;
   O* out_g = out + (g * p.batch + b) * p.p * p.n;
-  const int64_t vectors = p.p * p.n / kVector;
-  for (int64_t v = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; v < vectors;
-       v += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t i = v * kVector / p.n, n0 = v * kVector % p.n;
-    float acc[kVector] = {};
-    for (int64_t r = begin; r < end; ++r) {
-      const float a = ToFloat(lhs_b[r * p.p + i]);
-      const uint4 packed = *reinterpret_cast<const uint4*>(rhs_b + r * p.n + n0);
-      const T* x = reinterpret_cast<const T*>(&packed);
+  for (int64_t i = blockIdx.x; i < p.p; i += gridDim.x) {
+    for (int64_t n0 = threadIdx.x * kVector; n0 < p.n; n0 += kThreads * kVector) {
+      float acc[kVector] = {};
+      for (int64_t r = begin; r < end; ++r) {
+        const float a = ToFloat(lhs_b[r * p.p + i]);
+        const uint4 packed = *reinterpret_cast<const uint4*>(rhs_b + r * p.n + n0);
+        const T* x = reinterpret_cast<const T*>(&packed);
 #pragma unroll
-      for (int e = 0; e < kVector; ++e) acc[e] = fmaf(a, ToFloat(x[e]), acc[e]);
+        for (int e = 0; e < kVector; ++e) acc[e] = fmaf(a, ToFloat(x[e]), acc[e]);
+      }
+      alignas(16) O result[kVector];
+#pragma unroll
+      for (int e = 0; e < kVector; ++e) result[e] = FromFloat<O>(acc[e]);
+      constexpr int kStores = sizeof(result) / sizeof(uint4);  // 1 for 16-bit out, 2 for f32
+#pragma unroll
+      for (int q = 0; q < kStores; ++q)
+        reinterpret_cast<uint4*>(out_g + i * p.n + n0)[q] = reinterpret_cast<const uint4*>(result)[q];
     }
-    alignas(16) O result[kVector];
-#pragma unroll
-    for (int e = 0; e < kVector; ++e) result[e] = FromFloat<O>(acc[e]);
-    constexpr int kStores = sizeof(result) / sizeof(uint4);  // 1 for 16-bit out, 2 for f32
-#pragma unroll
-    for (int q = 0; q < kStores; ++q)
-      reinterpret_cast<uint4*>(out_g + i * p.n + n0)[q] = reinterpret_cast<const uint4*>(result)[q];
   }
 }
 
@@ -88,7 +88,7 @@ bool RaggedKFewRowsSupported(const RaggedKProblem& p, const RaggedOperands& o) {
 
 cudaError_t LaunchRaggedKFewRows(const RaggedKProblem& p, const RaggedOperands& o,
                                  cudaStream_t stream) {
-  const int64_t blocks = MinI64(kMaxBlocksPerGroup, CeilDiv(p.p * p.n / kVector, kThreads));
+  const int64_t blocks = MinI64(kMaxBlocksPerGroup, p.p);
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.num_local_groups * p.batch));
   return p.in_type == ElementType::kBF16 ? LaunchWithOutput<__nv_bfloat16>(p, o, grid, stream)
                                          : LaunchWithOutput<__half>(p, o, grid, stream);

@@ -134,9 +134,11 @@ __global__ void FillProblemArraysKernel(int64_t count, Describe describe, Proble
 }
 
 // Tile rasterization of the persistent group scheduler (which neighbouring
-// tiles run together, hence L2 reuse). Defaults are CUTLASS's (swizzle 1,
-// along M); JGG_SM90_SWIZZLE=1|2|4|8 and JGG_SM90_RASTER=m|n override them for
-// tuning runs. Read once per process.
+// tiles run together, hence L2 reuse). Default: swizzle 8 along M, the best
+// of the sweep of 2026-11-22 on the anchor shapes (docs/PERFORMANCE.md; +0-2.5%
+// over CUTLASS's swizzle 1, within a few percent of each other everywhere);
+// JGG_SM90_SWIZZLE=1|2|4|8 and JGG_SM90_RASTER=m|n override it for tuning
+// runs. Read once per process.
 struct Rasterization {
   int swizzle;
   bool along_n;
@@ -146,7 +148,7 @@ inline Rasterization ReadRasterization() {
   static const Rasterization value = [] {
     const char* swizzle = std::getenv("JGG_SM90_SWIZZLE");
     const char* raster = std::getenv("JGG_SM90_RASTER");
-    return Rasterization{swizzle != nullptr ? std::atoi(swizzle) : 1,
+    return Rasterization{swizzle != nullptr ? std::atoi(swizzle) : 8,
                          raster != nullptr && raster[0] == 'n'};
   }();
   return value;
