@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools.bench
 
-from conftest import requires_gpu  # noqa: E402
+from conftest import has_gpu, requires_gpu  # noqa: E402
 from tools.bench import grouped_gemm_bench, report  # noqa: E402
 from tools.bench import shapes as shapes_lib  # noqa: E402
 from tools.bench import worker_protocol as wp  # noqa: E402
@@ -213,6 +213,8 @@ def test_torch_worker_runs_against_a_stand_in_torch(tmp_path, monkeypatch):
   assert results["copy|-|copy_torch"]["bytes_moved"] == 2 * 4096
 
 
+@pytest.mark.skipif(has_gpu(), reason="a CPU check of the harness: on a GPU its workers need the "
+                    "memory this pytest process's JAX holds; run the harness standalone there")
 def test_loop_report_sees_hoisted_work_and_the_chained_loop_keeps_each_call():
   import functools
 
@@ -238,6 +240,8 @@ def test_loop_report_sees_hoisted_work_and_the_chained_loop_keeps_each_call():
       np.asarray(dense(*operands), np.float32), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.skipif(has_gpu(), reason="a CPU check of the harness: on a GPU its workers need the "
+                    "memory this pytest process's JAX holds; run the harness standalone there")
 def test_harness_runs_end_to_end_on_cpu(tmp_path):
   """Tiny shape, JAX competitors, --check; one worker dies mid-measurement and is replaced."""
   tiny = [shapes_lib.GroupedGemmShape("tiny", 96, 64, 128, 4, seed=3),

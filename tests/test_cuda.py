@@ -79,7 +79,7 @@ def test_captured_in_command_buffer_and_replays_with_new_group_sizes(tmp_path):
 _PATH_CASES = {
     "large_groups_tensor_cores": (1024, 64, 256, [300, 0, 500, 224]),
     "few_rows_per_group_small_tile": (96, 64, 128, [5, 0, 30, 1, 20, 40]),
-    "very_few_rows_wgrad_streaming": (40, 32, 64, [3, 0, 8, 1, 6, 2, 9, 4, 0, 7]),
+    "very_few_rows_per_group": (40, 32, 64, [3, 0, 8, 1, 6, 2, 9, 4, 0, 7]),
     "sum_below_rows": (512, 128, 64, [100, 0, 37]),
 }
 

@@ -67,7 +67,8 @@ def test_command_line_bf16_passes_its_checks(tmp_path):
 def test_tiny_mxfp8_run_matches_its_lax_reference_and_learns(demo):
   config = demo.Config(recipe="mxfp8", **{**TINY, "steps": 20})
   result = demo.train(config, progress=False, log=lambda _: None)
-  assert result.first_step["loss"] < 1e-4 and result.first_step["gradients"] < 5e-3
+  assert result.first_step["loss"] < 1e-4
+  assert result.first_step["gradients"] < demo.TOLERANCE["mxfp8"]
   assert result.first_step_ok
   assert result.kernels.get(_native.RAGGED_M_TARGET, 0) >= 3 * config.layers
   ce = result.cross_entropy

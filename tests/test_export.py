@@ -218,7 +218,7 @@ def test_missing_target_fails_with_a_clear_error(fresh_results):
   message = fresh_results["missing_target"]
   assert message.startswith("IncompatibleArtifactError"), message
   assert ("custom-call target jgg_ragged_m_v999 has an incompatible version: the artifact needs "
-          "jgg_ragged_m version 999, this build provides version 1 on cpu") in message
+          "jgg_ragged_m version 999, this build provides version 1 on") in message
 
 
 def test_manifest_lists_targets_platforms_mesh_and_specs(exported_cases):
@@ -279,7 +279,7 @@ def test_load_checks_the_manifest_before_deserializing(tmp_path):
   json.dump(info, open(path / "manifest.json", "w"))
   with pytest.raises(jgg.export.IncompatibleArtifactError,
                      match="custom-call target jgg_grouped_conv_v1 is missing: this build "
-                           "registers no jgg_grouped_conv on cpu"):
+                           "registers no jgg_grouped_conv on (cpu|cuda)"):
     jgg.export.load(path)
   targets.pop()
   json.dump(info, open(path / "manifest.json", "w"))

@@ -46,8 +46,10 @@ RECIPES = ("bf16", "mxfp8")
 # Norm-wise relative error allowed between our first step and the reference's.
 # bf16: both accumulate in f32 and round once per GEMM (measured: gradients
 # ~2e-3). mxfp8: the reference has the same quantization (mxfp8_reference_ragged_dot),
-# so only f32 summation order and bf16 roundings differ (measured: gradients ~3e-4).
-TOLERANCE = {"bf16": 2e-2, "mxfp8": 2e-2, "float32": 1e-4}
+# but dy is quantized to e4m3 (3 mantissa bits): an element the two backends
+# round one ulp apart before quantization can land a whole step (up to 12.5%)
+# apart after it. Measured gradients: 3e-4 on the CPU, 3e-2 on an H200.
+TOLERANCE = {"bf16": 2e-2, "mxfp8": 6e-2, "float32": 1e-4}
 
 
 @dataclasses.dataclass(frozen=True)

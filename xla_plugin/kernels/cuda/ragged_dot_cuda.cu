@@ -12,7 +12,6 @@
 
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/ragged_dot_simt.h"
-#include "xla_plugin/kernels/cuda/ragged_k_few_rows.h"
 #include "xla_plugin/kernels/cuda/ragged_schedule.h"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
 
@@ -77,12 +76,6 @@ bool FewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
   return rows <= 128 * num_local_groups;
 }
 
-// Wgrad of groups averaging at most 8 rows (decode-like routing) is a store of
-// mostly-padding MMA tiles on tensor cores; the outer-product kernel streams it.
-bool VeryFewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
-  return rows <= 8 * num_local_groups;
-}
-
 sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
                                int64_t groups, cudaStream_t stream) {
   return {info.device, info.sm_count, ProblemArgumentsRegion(o.workspace, batch, groups),
@@ -120,15 +113,11 @@ cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cuda
     return cudaErrorInvalidConfiguration;
   DeviceInfo info;
   if (cudaError_t e = QueryDevice(&info); e != cudaSuccess) return e;
-  const bool few_rows = p.rows > 0 && VeryFewRowsPerGroup(p.rows, p.num_local_groups) &&
-                        p.num_local_groups * p.batch <= kMaxGridYZ &&
-                        TensorCorePathEnabled() && RaggedKFewRowsSupported(p, o);
-  if (!few_rows && (p.rows == 0 || !TensorCoreFriendly(info, p.in_type, p.out_type, o, p.p, p.n,
-                                                       p.batch * p.num_local_groups)))
+  if (p.rows == 0 || !TensorCoreFriendly(info, p.in_type, p.out_type, o, p.p, p.n,
+                                         p.batch * p.num_local_groups))
     return LaunchRaggedKSimt(p, o, stream);
   if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
                                            p.rows, 1, o, stream); e != cudaSuccess) return e;
-  if (few_rows) return LaunchRaggedKFewRows(p, o, stream);
   if (cudaError_t e = LaunchZeroEmptyGroups(p, o, stream); e != cudaSuccess) return e;
   return sm90::RaggedKBf16Large(p, o, MakeLaunch(info, o, p.batch, p.num_local_groups, stream));
 }
