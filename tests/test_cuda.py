@@ -3,10 +3,6 @@
 (The value tests in the other modules run on the GPU too when one is present.)
 """
 
-import glob
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -16,6 +12,7 @@ import pytest
 
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native
+import command_buffers
 from conftest import requires_gpu
 import reference
 
@@ -58,21 +55,10 @@ _COMMAND_BUFFER_SCRIPT = textwrap.dedent("""
 
 @requires_gpu
 def test_captured_in_command_buffer_and_replays_with_new_group_sizes(tmp_path):
-  env = dict(os.environ)
-  env["XLA_FLAGS"] = (f"--xla_dump_to={tmp_path} --xla_dump_hlo_as_text "
-                      "--xla_gpu_graph_min_graph_size=1")
-  env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
-  result = subprocess.run([sys.executable, "-c", _COMMAND_BUFFER_SCRIPT], env=env,
-                          capture_output=True, text=True, timeout=300)
-  assert result.returncode == 0, result.stderr[-4000:]
-  assert "replays ok" in result.stdout
-  dumps = glob.glob(str(tmp_path / "*moe_step*thunk_sequence_after_thunk_passes.txt"))
-  assert dumps, os.listdir(tmp_path)
-  text = open(dumps[0]).read()
-  # Every custom call of ours sits inside a command-buffer thunk.
-  assert "kCommandBuffer" in text
-  ours = [line for line in text.splitlines() if "kCustomCall" in line]
-  assert ours and all(line.startswith((" ", "\t")) for line in ours), text[:3000]
+  # Capture also proves no device-to-host copy or sync in our handlers: stream
+  # capture rejects both.
+  ours = command_buffers.custom_calls_after_capture(_COMMAND_BUFFER_SCRIPT, tmp_path, "moe_step")
+  assert ours and all(map(command_buffers.nested_in_a_command_buffer, ours)), ours
 
 
 # Shapes that take each CUDA path (see docs/ARCHITECTURE.md, "CUDA kernels"), bf16.

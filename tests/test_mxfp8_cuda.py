@@ -6,10 +6,6 @@ captured in XLA command buffers and replayed with new group sizes.
 compute-sanitizer: see tools/bench/mxfp8_bench.py's docstring for the command.
 """
 
-import glob
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -19,6 +15,7 @@ import pytest
 
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native
+import command_buffers
 from conftest import requires_gpu
 
 mxfp8 = jgg.mxfp8
@@ -119,17 +116,6 @@ _COMMAND_BUFFER_SCRIPT = textwrap.dedent("""
 
 @requires_gpu
 def test_captured_in_command_buffer_and_replays_with_new_group_sizes(tmp_path):
-  env = dict(os.environ)
-  env["XLA_FLAGS"] = (f"--xla_dump_to={tmp_path} --xla_dump_hlo_as_text "
-                      "--xla_gpu_graph_min_graph_size=1")
-  result = subprocess.run([sys.executable, "-c", _COMMAND_BUFFER_SCRIPT], env=env,
-                          capture_output=True, text=True, timeout=300)
-  assert result.returncode == 0, result.stderr[-4000:]
-  assert "replays ok" in result.stdout
-  dumps = glob.glob(str(tmp_path / "*mxfp8_step*thunk_sequence_after_thunk_passes.txt"))
-  assert dumps, os.listdir(tmp_path)
-  text = open(dumps[0]).read()
-  assert "kCommandBuffer" in text
-  ours = [line for line in text.splitlines() if "kCustomCall" in line]
-  assert len(ours) >= 3 and all(line.startswith((" ", "\t")) for line in ours), text[:3000]
+  ours = command_buffers.custom_calls_after_capture(_COMMAND_BUFFER_SCRIPT, tmp_path, "mxfp8_step")
+  assert len(ours) >= 3 and all(map(command_buffers.nested_in_a_command_buffer, ours)), ours
   assert _native.MXFP8_QUANTIZE_TARGET and _native.CUDA_BUILT
