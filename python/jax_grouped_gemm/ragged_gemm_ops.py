@@ -224,6 +224,8 @@ for _primitive, _abstract_eval, _ffi, _transpose, _batch in (
 ):
   _primitive.def_impl(_ffi)
   _primitive.def_abstract_eval(_abstract_eval)
+  # The unpartitioned lowering; partitioning.py (imported by the package) wraps
+  # it in custom_partitioning so that sharded jit programs partition it.
   mlir.register_lowering(_primitive, mlir.lower_fun(_ffi, multiple_results=False))
   ad.primitive_jvps[_primitive] = _bilinear_jvp(_primitive)
   ad.primitive_transposes[_primitive] = _transpose
