@@ -196,26 +196,25 @@ def _batch_by_loop(primitive, args, dims, params):
   return jax.lax.map(lambda xs: primitive.bind(*xs, **params), tuple(args)), 0
 
 
-def _ragged_m_batch(args, dims, *, rhs_transposed, out_dtype):
-  params = dict(rhs_transposed=rhs_transposed, out_dtype=out_dtype)
-  if dims[3] is not NOT_MAPPED:
-    return _batch_by_loop(ragged_m_p, args, dims, params)
-  lhs, rhs, group_sizes, group_offset = args
-  size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
-  out = ragged_m_p.bind(_fold_into(lhs, dims[0], size, 0), _fold_into(rhs, dims[1], size, 1),
-                        _fold_into(group_sizes, dims[2], size, 0), group_offset, **params)
-  return out.reshape((size, _unmapped_size(lhs, dims[0], 0)) + out.shape[1:]), 0
+def _folding_batch_rule(primitive, rhs_batch_axis, out_batch_axis):
+  """The vmapped axis joins the kernel's batch axis B of every operand: lhs and
+  group_sizes hold B at axis 0, rhs and the result at the given axes."""
+  def rule(args, dims, **params):
+    if dims[3] is not NOT_MAPPED:
+      return _batch_by_loop(primitive, args, dims, params)
+    lhs, rhs, group_sizes, group_offset = args
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
+    out = primitive.bind(_fold_into(lhs, dims[0], size, 0),
+                         _fold_into(rhs, dims[1], size, rhs_batch_axis),
+                         _fold_into(group_sizes, dims[2], size, 0), group_offset, **params)
+    a = out_batch_axis
+    unfolded = out.shape[:a] + (size, _unmapped_size(lhs, dims[0], 0)) + out.shape[a + 1:]
+    return out.reshape(unfolded), a
+  return rule
 
 
-def _ragged_k_batch(args, dims, *, num_groups, out_dtype):
-  params = dict(num_groups=num_groups, out_dtype=out_dtype)
-  if dims[3] is not NOT_MAPPED:
-    return _batch_by_loop(ragged_k_p, args, dims, params)
-  lhs, rhs, group_sizes, group_offset = args
-  size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
-  out = ragged_k_p.bind(_fold_into(lhs, dims[0], size, 0), _fold_into(rhs, dims[1], size, 0),
-                        _fold_into(group_sizes, dims[2], size, 0), group_offset, **params)
-  return out.reshape(out.shape[:1] + (size, _unmapped_size(lhs, dims[0], 0)) + out.shape[2:]), 1
+_ragged_m_batch = _folding_batch_rule(ragged_m_p, rhs_batch_axis=1, out_batch_axis=0)
+_ragged_k_batch = _folding_batch_rule(ragged_k_p, rhs_batch_axis=0, out_batch_axis=1)
 
 
 for _primitive, _abstract_eval, _ffi, _transpose, _batch in (
