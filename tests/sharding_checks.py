@@ -16,8 +16,8 @@ from jax.sharding import AxisType
 NUM_DEVICES = 8
 
 
-def cpu_mesh(shape=(2, 4), names=("data", "model")):
-  """A mesh of Auto axes, the partitioners' playground (jax.make_mesh defaults to Explicit)."""
+def cpu_mesh(shape=(2, 4), names=("data", "model"), axis_type=AxisType.Auto):
+  """A mesh of CPU devices; Auto axes by default (jax.make_mesh defaults to Explicit)."""
   devices = jax.devices("cpu")
   if len(devices) < NUM_DEVICES:
     pytest.skip(f"needs {NUM_DEVICES} CPU devices: XLA_FLAGS="
@@ -25,7 +25,7 @@ def cpu_mesh(shape=(2, 4), names=("data", "model")):
   count = 1
   for n in shape:
     count *= n
-  return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape),
+  return jax.make_mesh(shape, names, axis_types=(axis_type,) * len(shape),
                        devices=devices[:count])
 
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native, partitioning
@@ -166,6 +166,96 @@ def test_case_forward_and_gradients(case, partitioner):
   calls = {t: (result, operands) for t, result, operands in custom_calls(hlo)}
   assert sorted(calls) == sorted([_native.RAGGED_M_TARGET, _native.RAGGED_K_TARGET])
   assert calls[_native.RAGGED_K_TARGET][0] == _f32(case.local_dw)
+
+
+def _unit_dims_dropped(counter):
+  """Collectives by kind and volume: whether a unit dimension is reshaped away before
+  or after a collective is XLA's choice, not a different plan."""
+  def drop(key):
+    kind, shape = key.split(" ")
+    dtype, dims = shape[:-1].split("[")
+    return f"{kind} {dtype}[{','.join(d for d in dims.split(',') if d != '1')}]"
+  return collections.Counter(drop(k) for k in counter.elements())
+
+
+def _padded(spec, ndim):
+  return tuple(spec) + (None,) * (ndim - len(spec))
+
+
+def _typed_spec(x):
+  """The partition spec of x's type (Explicit axes), one entry per dimension."""
+  return _padded(jax.typeof(x).sharding.spec, x.ndim)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_explicit_axes_case(case, partitioner):
+  """Sharding in types (jax.make_mesh's default Explicit axes): ragged_dot takes
+  out_sharding as jax.lax's does, the gradients come back typed like their primals,
+  and the compiled programs hold the same collectives as on Auto axes."""
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  lhs, rhs, ct = _operands()
+  expected_out, expected_grads = _unsharded()
+  with jax.set_mesh(mesh):
+    sizes = jnp.array(SIZES, jnp.int32)
+    x, w, y_bar = _put(mesh, lhs, case.lhs), _put(mesh, rhs, case.rhs), _put(mesh, ct, case.out)
+    forward = jax.jit(lambda a, b, s: jgg.ragged_dot(a, b, s, out_sharding=case.out))
+    out = forward(x, w, sizes)
+    assert _typed_spec(out) == _padded(case.out, out.ndim)
+    _assert_close(out, expected_out, "forward")
+    hlo = forward.lower(x, w, sizes).compile().as_text()
+    assert _unit_dims_dropped(collectives(hlo)) == _unit_dims_dropped(
+        collectives_of(case.forward)), hlo
+
+    gradient = jax.jit(jax.grad(_loss, (0, 1)))
+    dx, dw = gradient(x, w, sizes, y_bar)
+    assert _typed_spec(dx) == _padded(case.lhs, dx.ndim)
+    assert _typed_spec(dw) == _padded(case.rhs, dw.ndim)
+    _assert_close(dx, expected_grads[0], "dx")
+    _assert_close(dw, expected_grads[1], "dw")
+    hlo = gradient.lower(x, w, sizes, y_bar).compile().as_text()
+    assert _unit_dims_dropped(collectives(hlo)) == _unit_dims_dropped(
+        collectives_of(case.gradient)), hlo
+
+
+@pytest.mark.parametrize("lhs_spec, rhs_spec, expected", [
+    (P(), P(None, None, "model"), P(None, "model")),  # column: split on N
+    (P("data"), P(), P("data")),                     # data: split on M
+    (P(None, "model"), P(None, "model", None), P()),  # row: summed, replicated
+    (P(), P("model"), P()),                          # expert: combined, replicated
+    (P("data"), P(None, "data", None), P("data")),    # fsdp: weights gathered, not tokens
+], ids=["column", "data", "row", "expert", "fsdp"])
+def test_explicit_axes_infer_the_result_type(lhs_spec, rhs_spec, expected, partitioner):
+  """Without out_sharding (where jax.lax.ragged_dot raises), the result's type is the
+  one spec's plan, and the program computes it."""
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  lhs, rhs, _ = _operands()
+  with jax.set_mesh(mesh):
+    x, w = _put(mesh, lhs, lhs_spec), _put(mesh, rhs, rhs_spec)
+    sizes = jnp.array(SIZES, jnp.int32)
+    out = jax.jit(jgg.ragged_dot)(x, w, sizes)
+    assert _typed_spec(out) == _padded(expected, out.ndim)
+    assert out.sharding.is_equivalent_to(NamedSharding(mesh, expected), 2), out.sharding
+    _assert_close(out, _unsharded()[0], "forward")
+
+
+def test_explicit_axes_out_sharding_of_n_d_layouts(partitioner):
+  """An N-D ragged_dot_general whose result the kernel's layout cannot carry directly
+  still ends typed (and placed) as out_sharding asks."""
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  rng = np.random.default_rng(4)
+  lhs = rng.standard_normal((2, M, K)).astype(np.float32)
+  rhs = rng.standard_normal((2, G, K, N)).astype(np.float32)
+  sizes = np.array([SIZES, SIZES[::-1]], np.int32)
+  dims = jax.lax.RaggedDotDimensionNumbers(
+      dot_dimension_numbers=(([2], [2]), ([0], [0])), lhs_ragged_dimensions=[1],
+      rhs_group_dimensions=[1])
+  expected = np.stack([reference.ragged_m(lhs[i], rhs[i], sizes[i]) for i in range(2)])
+  with jax.set_mesh(mesh):
+    fn = jax.jit(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims,
+                                                        out_sharding=P(None, None, "model")))
+    out = fn(_put(mesh, lhs, P("data")), _put(mesh, rhs, P("data")), jnp.asarray(sizes))
+    assert _typed_spec(out) == _padded(P(None, None, "model"), out.ndim)
+    _assert_close(out, expected, "forward")
 
 
 @pytest.mark.parametrize("lhs_spec, rhs_spec, expected", [

@@ -13,6 +13,10 @@ Shapes, dtypes and dimension numbers are checked at trace time with jax.lax's
 own shape rule (so errors match jax's) after our own checks, which name the
 argument. group_sizes and group_offset are device values and never read on
 the host; what they hold is clamped (see xla_plugin/common/ragged_layout.h).
+
+`out_sharding` is jax.lax's: on meshes of Explicit axes the result's sharding
+is otherwise inferred from the operands' by the ops' one sharding spec
+(sharding_rules.py), where jax.lax raises and asks for it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jax_grouped_gemm import ragged_gemm_ops as ops
 
@@ -44,7 +49,7 @@ class Mode(enum.Enum):
 
 
 def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None,
-               group_offset=None):
+               group_offset=None, out_sharding=None):
   """lhs [m, k] . rhs [g, k, n] -> [m, n]; rows of group i use rhs[i].
 
   Rows past sum(group_sizes) are 0. With `group_offset` (an int32 array of
@@ -53,11 +58,11 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
   """
   return ragged_dot_general(lhs, rhs, group_sizes, BASIC_DIMENSION_NUMBERS, precision=precision,
                             preferred_element_type=preferred_element_type,
-                            group_offset=group_offset)
+                            group_offset=group_offset, out_sharding=out_sharding)
 
 
 def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, precision=None,
-                       preferred_element_type=None, group_offset=None):
+                       preferred_element_type=None, group_offset=None, out_sharding=None):
   """jax.lax.ragged_dot_general on the grouped-GEMM kernels (same signature and results).
 
   `precision` is accepted for compatibility: f32 operands are always multiplied
@@ -72,6 +77,7 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
     return mxfp8_gemm.ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers,
                                          precision, preferred_element_type, group_offset)
   lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
+  out_sharding = ops.canonical_out_sharding(out_sharding)
   dims = ragged_dot_dimension_numbers
   _check_dtypes(lhs, rhs, group_sizes)
   mode = _mode(lhs.ndim, dims)
@@ -81,12 +87,14 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
                              mode, group_offset is not None)
   if mode is Mode.RAGGED_BATCH:
     return lax.dot_general(lhs, rhs, dims.dot_dimension_numbers, precision=precision,
-                           preferred_element_type=out_aval.dtype)
+                           preferred_element_type=out_aval.dtype, out_sharding=out_sharding)
   if group_offset is None:
     group_offset = jnp.zeros((1,), jnp.int32)
-  if mode is Mode.RAGGED_NONCONTRACTING:
-    return _ragged_noncontracting(lhs, rhs, group_sizes, group_offset, dims, out_aval)
-  return _ragged_contracting(lhs, rhs, group_sizes, group_offset, dims, out_aval)
+  canonical = _ragged_noncontracting if mode is Mode.RAGGED_NONCONTRACTING else _ragged_contracting
+  out = canonical(lhs, rhs, group_sizes, group_offset, dims, out_aval, out_sharding)
+  if out_sharding is not None and not out.aval.sharding.is_equivalent_to(out_sharding, out.ndim):
+    out = jax.sharding.reshard(out, out_sharding)  # an N-D layout the kernel's could not carry
+  return out
 
 
 def _is_mxfp8(x) -> bool:
@@ -137,14 +145,18 @@ def _checked_group_offset(group_offset, mode, rhs, dims, group_sizes):
 
 def _jax_shape_rule(lhs, rhs, group_sizes, dims, precision, preferred_element_type, mode,
                     has_offset):
-  """Output aval by jax.lax's own rules, so shape and dtype errors match jax's."""
+  """Output shape and dtype by jax.lax's own rules, so shape and dtype errors match
+  jax's (its sharding is ours: jax.lax only asks for one on Explicit axes)."""
   rhs_shape = list(rhs.shape)
   if has_offset and mode is Mode.RAGGED_NONCONTRACTING and dims.rhs_group_dimensions:
     rhs_shape[dims.rhs_group_dimensions[0]] = group_sizes.shape[-1]  # rhs holds a slice
   struct = lambda shape, dtype: jax.ShapeDtypeStruct(tuple(shape), dtype)
+  mesh = jax.sharding.get_abstract_mesh()
+  replicated = NamedSharding(mesh, P()) if not mesh.empty and mesh.explicit_axes else None
   return jax.eval_shape(
       functools.partial(lax.ragged_dot_general, ragged_dot_dimension_numbers=dims,
-                        precision=precision, preferred_element_type=preferred_element_type),
+                        precision=precision, preferred_element_type=preferred_element_type,
+                        out_sharding=replicated),
       struct(lhs.shape, lhs.dtype), struct(rhs_shape, rhs.dtype),
       struct(group_sizes.shape, group_sizes.dtype))
 
@@ -175,7 +187,15 @@ def _canonical_group_sizes(group_sizes, prefix_shape, ragged_extent, rows_per_in
   return group_sizes
 
 
-def _ragged_noncontracting(lhs, rhs, group_sizes, group_offset, dims, out_aval):
+def _with_unit_axis(sharding, axis: int):
+  """The sharding of a result reshaped to carry a unit axis at `axis` (None stays None)."""
+  if sharding is None:
+    return None
+  spec = list(sharding.spec)
+  return sharding.update(spec=P(*spec[:axis], None, *spec[axis:]))
+
+
+def _ragged_noncontracting(lhs, rhs, group_sizes, group_offset, dims, out_aval, out_sharding):
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dims.dot_dimension_numbers
   ragged = dims.lhs_ragged_dimensions[0]
   group_dim = dims.rhs_group_dimensions[0]
@@ -206,12 +226,15 @@ def _ragged_noncontracting(lhs, rhs, group_sizes, group_offset, dims, out_aval):
 
   prefix = [lhs.shape[d] for d in list(lhs_batch) + outer]
   group_sizes = _canonical_group_sizes(group_sizes, prefix, lhs.shape[ragged], rows_per_index)
+  # The common [m, k] case: the kernel's [1, m, n] result carries out_sharding itself.
+  plain = batch == 1 and rows_per_index == 1 and out_aval.ndim == 2
   out = ops.ragged_m(lhs3, rhs4, group_sizes, group_offset, rhs_transposed=rhs_transposed,
-                     out_dtype=out_aval.dtype)
+                     out_dtype=out_aval.dtype,
+                     out_sharding=_with_unit_axis(out_sharding, 0) if plain else None)
   return out.reshape(out_aval.shape)
 
 
-def _ragged_contracting(lhs, rhs, group_sizes, group_offset, dims, out_aval):
+def _ragged_contracting(lhs, rhs, group_sizes, group_offset, dims, out_aval, out_sharding):
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dims.dot_dimension_numbers
   ragged = dims.lhs_ragged_dimensions[0]
   i = list(lhs_contract).index(ragged)
@@ -233,8 +256,11 @@ def _ragged_contracting(lhs, rhs, group_sizes, group_offset, dims, out_aval):
   # Contracting dims outer to the ragged one have group sizes of their own: each
   # index is a batch entry of the kernel, summed afterwards in f32.
   kernel_dtype = jnp.float32 if outer_size != 1 else out_aval.dtype
+  # The common [m, k] x [m, n] case: the kernel's [g, 1, k, n] result carries out_sharding.
+  plain = batch == 1 and out_aval.ndim == 3 and len(lhs_free) == 1 and len(rhs_free) == 1
   out = ops.ragged_k(lhs3, rhs3, group_sizes, group_offset, num_groups=num_groups,
-                     out_dtype=kernel_dtype)
+                     out_dtype=kernel_dtype,
+                     out_sharding=_with_unit_axis(out_sharding, 1) if plain else None)
   if outer_size != 1:
     out = out.reshape((num_groups, batch // outer_size, outer_size, p, n)).sum(axis=2)
     out = out.astype(out_aval.dtype)

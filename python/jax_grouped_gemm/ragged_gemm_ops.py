@@ -25,7 +25,7 @@ from jax.extend import core as jex_core
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jax_grouped_gemm import _native
+from jax_grouped_gemm import _native, sharding_rules
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
@@ -55,18 +55,37 @@ def _vary_alike(*operands):
                for x, axes in zip(operands, varying))
 
 
-def ragged_m(lhs, rhs, group_sizes, group_offset, *, rhs_transposed: bool, out_dtype):
+def canonical_out_sharding(out_sharding):
+  """out_sharding as jax.lax takes it (NamedSharding, PartitionSpec of the current
+  mesh, or None: inferred) -> a NamedSharding or None."""
+  if out_sharding is None or isinstance(out_sharding, NamedSharding):
+    return out_sharding
+  if isinstance(out_sharding, P):
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+      raise ValueError(f"out_sharding: the PartitionSpec {out_sharding} needs a mesh "
+                       "context (jax.set_mesh) or a NamedSharding instead")
+    return NamedSharding(mesh, out_sharding)
+  raise TypeError(f"out_sharding: expected a NamedSharding, PartitionSpec or None, got "
+                  f"{type(out_sharding).__name__}")
+
+
+def ragged_m(lhs, rhs, group_sizes, group_offset, *, rhs_transposed: bool, out_dtype,
+             out_sharding=None):
   lhs, rhs = _same_input_dtype(lhs, rhs)
   lhs, rhs, group_sizes, group_offset = _vary_alike(lhs, rhs, group_sizes, group_offset)
   return ragged_m_p.bind(lhs, rhs, group_sizes, group_offset,
-                         rhs_transposed=bool(rhs_transposed), out_dtype=jnp.dtype(out_dtype))
+                         rhs_transposed=bool(rhs_transposed), out_dtype=jnp.dtype(out_dtype),
+                         out_sharding=canonical_out_sharding(out_sharding))
 
 
-def ragged_k(lhs, rhs, group_sizes, group_offset, *, num_groups: int, out_dtype):
+def ragged_k(lhs, rhs, group_sizes, group_offset, *, num_groups: int, out_dtype,
+             out_sharding=None):
   lhs, rhs = _same_input_dtype(lhs, rhs)
   lhs, rhs, group_sizes, group_offset = _vary_alike(lhs, rhs, group_sizes, group_offset)
   return ragged_k_p.bind(lhs, rhs, group_sizes, group_offset,
-                         num_groups=int(num_groups), out_dtype=jnp.dtype(out_dtype))
+                         num_groups=int(num_groups), out_dtype=jnp.dtype(out_dtype),
+                         out_sharding=canonical_out_sharding(out_sharding))
 
 
 # --- shapes -------------------------------------------------------------------
@@ -81,20 +100,29 @@ def _ragged_k_out_shape(lhs_shape, rhs_shape, num_groups):
   return (num_groups, batch, p, rhs_shape[2])
 
 
-def _result_aval(shape, dtype, like):
-  """The result varies over the same manual axes as the (aligned) operands."""
-  if not like.mat.varying:
-    return jax.core.ShapedArray(shape, dtype)
-  return jax.core.ShapedArray(shape, dtype, sharding=NamedSharding(like.sharding.mesh, P()),
-                              manual_axis_type=like.mat)
+def _result_aval(shape, dtype, operands, spec, out_sharding):
+  """The result's type: its sharding is the caller's out_sharding, else, on meshes of
+  Explicit axes, the one spec's plan (sharding_rules.py); it varies over the same
+  manual axes as the (aligned) operands."""
+  like = operands[0]
+  sharding = out_sharding or sharding_rules.result_sharding_in_types(spec, operands, shape)
+  if sharding is None:
+    if not like.mat.varying:
+      return jax.core.ShapedArray(shape, dtype)
+    sharding = NamedSharding(like.sharding.mesh, P())
+  return jax.core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=like.mat)
 
 
-def _ragged_m_abstract_eval(lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dtype):
-  return _result_aval(_ragged_m_out_shape(lhs.shape, rhs.shape, rhs_transposed), out_dtype, lhs)
+def _ragged_m_abstract_eval(*operands, rhs_transposed, out_dtype, out_sharding):
+  lhs, rhs = operands[:2]
+  return _result_aval(_ragged_m_out_shape(lhs.shape, rhs.shape, rhs_transposed), out_dtype,
+                      operands, sharding_rules.ragged_m_spec(rhs_transposed), out_sharding)
 
 
-def _ragged_k_abstract_eval(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype):
-  return _result_aval(_ragged_k_out_shape(lhs.shape, rhs.shape, num_groups), out_dtype, lhs)
+def _ragged_k_abstract_eval(*operands, num_groups, out_dtype, out_sharding):
+  lhs, rhs = operands[:2]
+  return _result_aval(_ragged_k_out_shape(lhs.shape, rhs.shape, num_groups), out_dtype,
+                      operands, sharding_rules.ragged_k_spec(), out_sharding)
 
 
 # --- lowering: one custom call, workspace sized here from static shapes -------
@@ -108,7 +136,9 @@ def _call_target(target, op, out_shape, out_dtype, batch, num_groups, operands, 
   return out
 
 
-def _ragged_m_ffi(lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dtype):
+def _ragged_m_ffi(lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dtype,
+                  out_sharding=None):
+  del out_sharding  # the per-device call; placement is the partitioner's
   return _call_target(
       _native.RAGGED_M_TARGET, "ragged_m",
       _ragged_m_out_shape(lhs.shape, rhs.shape, rhs_transposed), out_dtype,
@@ -116,7 +146,9 @@ def _ragged_m_ffi(lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dt
       rhs_transposed=bool(rhs_transposed))
 
 
-def _ragged_k_ffi(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype):
+def _ragged_k_ffi(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype,
+                  out_sharding=None):
+  del out_sharding  # the per-device call; placement is the partitioner's
   return _call_target(
       _native.RAGGED_K_TARGET, "ragged_k",
       _ragged_k_out_shape(lhs.shape, rhs.shape, num_groups), out_dtype,
@@ -141,33 +173,41 @@ def _bilinear_jvp(primitive):
   return jvp
 
 
-def _ragged_m_transpose(ct, lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dtype):
+def _typed_sharding(x):
+  """A cotangent takes its primal's sharding where types carry one (Explicit axes)."""
+  sharding = x.aval.sharding
+  return sharding if not sharding.mesh.empty and sharding.mesh.explicit_axes else None
+
+
+def _ragged_m_transpose(ct, lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dtype,
+                        out_sharding):
   # out[b, m] = lhs[b, m] . rhs[g(m), b]
   if type(ct) is ad.Zero:
     return None, None, None, None
   lhs_bar = rhs_bar = None
   if ad.is_undefined_primal(lhs):  # dgrad: the same weights, read the other way round
-    lhs_bar = ragged_m(ct, rhs, group_sizes, group_offset,
-                       rhs_transposed=not rhs_transposed, out_dtype=lhs.aval.dtype)
+    lhs_bar = ragged_m(ct, rhs, group_sizes, group_offset, rhs_transposed=not rhs_transposed,
+                       out_dtype=lhs.aval.dtype, out_sharding=_typed_sharding(lhs))
   if ad.is_undefined_primal(rhs):  # wgrad: ragged contraction over the tokens
     num_groups = rhs.aval.shape[0]
     a, b = (ct, lhs) if rhs_transposed else (lhs, ct)
     rhs_bar = ragged_k(a, b, group_sizes, group_offset, num_groups=num_groups,
-                       out_dtype=rhs.aval.dtype)
+                       out_dtype=rhs.aval.dtype, out_sharding=_typed_sharding(rhs))
   return lhs_bar, rhs_bar, None, None
 
 
-def _ragged_k_transpose(ct, lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype):
+def _ragged_k_transpose(ct, lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype,
+                        out_sharding):
   # out[g, b] = lhs[b, rows of g]^T . rhs[b, rows of g]
   if type(ct) is ad.Zero:
     return None, None, None, None
   lhs_bar = rhs_bar = None
   if ad.is_undefined_primal(lhs):  # [B, R, N] . ct[g]^T -> [B, R, P]
     lhs_bar = ragged_m(rhs, ct, group_sizes, group_offset, rhs_transposed=True,
-                       out_dtype=lhs.aval.dtype)
+                       out_dtype=lhs.aval.dtype, out_sharding=_typed_sharding(lhs))
   if ad.is_undefined_primal(rhs):  # [B, R, P] . ct[g] -> [B, R, N]
     rhs_bar = ragged_m(lhs, ct, group_sizes, group_offset, rhs_transposed=False,
-                       out_dtype=rhs.aval.dtype)
+                       out_dtype=rhs.aval.dtype, out_sharding=_typed_sharding(rhs))
   return lhs_bar, rhs_bar, None, None
 
 
@@ -204,6 +244,7 @@ def _folding_batch_rule(primitive, rhs_batch_axis, out_batch_axis):
       return _batch_by_loop(primitive, args, dims, params)
     lhs, rhs, group_sizes, group_offset = args
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
+    params = {**params, "out_sharding": None}  # of the unfolded shape: inferred again
     out = primitive.bind(_fold_into(lhs, dims[0], size, 0),
                          _fold_into(rhs, dims[1], size, rhs_batch_axis),
                          _fold_into(group_sizes, dims[2], size, 0), group_offset, **params)
