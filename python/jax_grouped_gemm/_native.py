@@ -30,11 +30,16 @@ CUDA_BUILT: bool = bool(_module.cuda_built)
 def register_targets() -> dict[str, tuple[str, ...]]:
   """Registers every handler with jax.ffi; idempotent. Returns what it registered."""
   registered = {}
-  for platform, targets in _module.registrations().items():
+  for platform, targets in handler_capsules().items():
     for name, capsule in targets.items():
       jax.ffi.register_ffi_target(name, capsule, platform=platform)
     registered[platform] = tuple(sorted(targets))
   return registered
+
+
+def handler_capsules() -> dict[str, dict[str, object]]:
+  """platform -> {target name: handler capsule}, as the native module exports them."""
+  return _module.registrations()
 
 
 def workspace_bytes(op: str, batch: int, num_local_groups: int) -> int:

@@ -4,6 +4,14 @@ Both are non-differentiable: their inputs go through stop_gradient, so a
 quantized value flows through jax.grad as a constant (gradients through
 quantize are zero, as for any rounding), and the ops batch under vmap by a
 sequential loop.
+
+Sharding: the stack layouts (same_dims, varying_both) run as group-batched
+calls (batch_partitionable.py), so a stack sharded along whole groups (expert
+weights under expert parallelism) quantizes and dequantizes with no
+communication, exportably; its scale buffer stays the global one, split into
+the groups' equal slots. A stack split along rows or columns, and the ragged
+layouts (varying_first / varying_last: one scale buffer packs all groups), are
+computed whole: the partitioner gathers the input first.
 """
 
 from __future__ import annotations
@@ -12,12 +20,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_grouped_gemm import _native
+from jax_grouped_gemm import _native, batch_partitionable
 from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, LAYOUT_CODES, SCALE_LAYOUTS, MXFP8Tensor
 
 INPUT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 _native.register_targets()
+batch_partitionable.register([_native.MXFP8_QUANTIZE_TARGET, _native.MXFP8_DEQUANTIZE_TARGET])
+STACK_LAYOUTS = ("same_dims", "varying_both")  # one fixed-size scale slot per group
 
 
 def _dtype_names(dtypes) -> str:
@@ -62,9 +72,24 @@ def _static_dims(layout: str, shape, group_sizes) -> tuple[int, int, int]:
   return group_sizes.shape[0], shape[0], shape[1]
 
 
-def _group_sizes_operand(group_sizes):
-  """The group_sizes buffer (an empty one where the layout has none)."""
-  return jnp.zeros((0,), jnp.int32) if group_sizes is None else group_sizes
+def _group_sizes_operand(group_sizes, layout):
+  """The group_sizes buffer (an empty one where the layout has none: [G, 0] for a stack)."""
+  if group_sizes is not None:
+    return group_sizes
+  return jnp.zeros((0,), jnp.int32) if layout not in STACK_LAYOUTS else None
+
+
+def _ffi_call(target, tensor_layout, results, *operands, **attributes):
+  """One call of `target`; a stack's call leads every buffer with its groups
+  (scale buffers as [G, slot]) and is batch-partitionable."""
+  if tensor_layout not in STACK_LAYOUTS:
+    return jax.ffi.ffi_call(target, results, vmap_method="sequential")(*operands, **attributes)
+  groups = operands[0].shape[0]
+  operands = [jnp.zeros((groups, 0), jnp.int32) if x is None else x for x in operands]
+  by_group = [jax.ShapeDtypeStruct((groups, r.size // groups) if r.ndim == 1 else r.shape,
+                                   r.dtype) for r in results]
+  outs = batch_partitionable.call(target, by_group, *operands, **attributes)
+  return [out.reshape(r.shape) for out, r in zip(outs, results)]
 
 
 def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
@@ -121,11 +146,11 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
   scale_struct = jax.ShapeDtypeStruct((scale_bytes,), jnp.uint8)
   results = (data_struct if rowwise else empty_data, scale_struct if rowwise else empty_scales,
              data_struct if colwise else empty_data, scale_struct if colwise else empty_scales)
-  row_data, row_scales, col_data, col_scales = jax.ffi.ffi_call(
-      _native.MXFP8_QUANTIZE_TARGET, results, vmap_method="sequential")(
-          jax.lax.stop_gradient(x_call), _group_sizes_operand(group_sizes),
-          layout=np.int32(code), rowwise=bool(rowwise), colwise=bool(colwise),
-          swizzled=scale_layout == "swizzled")
+  row_data, row_scales, col_data, col_scales = _ffi_call(
+      _native.MXFP8_QUANTIZE_TARGET, layout, results,
+      jax.lax.stop_gradient(x_call), _group_sizes_operand(group_sizes, layout),
+      layout=np.int32(code), rowwise=bool(rowwise), colwise=bool(colwise),
+      swizzled=scale_layout == "swizzled")
   shape = x.shape
   return MXFP8Tensor(
       data=row_data.reshape(shape) if rowwise else None,
@@ -153,10 +178,12 @@ def dequantize(q: MXFP8Tensor, dtype=jnp.bfloat16, *, colwise: bool | None = Non
   scales = jax.lax.stop_gradient(scales)
   group_sizes = None if q.group_sizes is None else jax.lax.stop_gradient(q.group_sizes)
   data_call = data.reshape((1,) + data.shape) if q.layout == "dense" else data
-  out = jax.ffi.ffi_call(
-      _native.MXFP8_DEQUANTIZE_TARGET, jax.ShapeDtypeStruct(data_call.shape, out_dtype),
-      vmap_method="sequential")(
-          data_call, scales, _group_sizes_operand(group_sizes),
-          layout=np.int32(LAYOUT_CODES[q.layout]), colwise=use_colwise,
-          swizzled=q.scale_layout == "swizzled")
+  if q.layout in STACK_LAYOUTS:
+    scales = scales.reshape(data.shape[0], -1)  # the groups' slots
+  out, = _ffi_call(
+      _native.MXFP8_DEQUANTIZE_TARGET, q.layout,
+      [jax.ShapeDtypeStruct(data_call.shape, out_dtype)],
+      data_call, scales, _group_sizes_operand(group_sizes, q.layout),
+      layout=np.int32(LAYOUT_CODES[q.layout]), colwise=use_colwise,
+      swizzled=q.scale_layout == "swizzled")
   return out.reshape(data.shape)

@@ -1,0 +1,141 @@
+"""MXFP8 quantize / dequantize under jit with named shardings, Shardy and GSPMD.
+
+A stack (same_dims, varying_both) sharded along whole groups runs shard by
+shard with no communication and gives the unsharded result bit for bit (data
+and the global scale buffer); any other sharding is gathered first and is
+still bit-exact. The group-batched calls also export, sharded.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import jax_grouped_gemm as jgg
+from jax_grouped_gemm import _native, batch_partitionable
+import mxfp8_reference as ref
+from sharding_checks import (  # noqa: F401  (fixtures: on_cpu, partitioner)
+    collectives, cpu_mesh, custom_calls, on_cpu, partitioner)
+
+mxfp8 = jgg.mxfp8
+G, R, C = 8, 40, 72  # rows and columns not multiples of 32: partial blocks in every group
+QUANTIZE = batch_partitionable.batched_target(_native.MXFP8_QUANTIZE_TARGET)
+DEQUANTIZE = batch_partitionable.batched_target(_native.MXFP8_DEQUANTIZE_TARGET)
+
+
+@functools.cache
+def _stack(layout):
+  """x [G, R, C] over many binades, and [G, 2] sizes for varying_both (0, partial, whole)."""
+  rng = np.random.default_rng(7)
+  x = (rng.standard_normal((G, R, C)) * np.exp2(rng.integers(-20, 20, (G, R, C))))
+  sizes = None
+  if layout == "varying_both":
+    sizes = np.stack([rng.integers(0, R + 1, G), rng.integers(0, C + 1, G)], axis=1)
+    sizes[0] = (0, C)
+    sizes[1] = (R, C)
+    sizes = sizes.astype(np.int32)
+  return x.astype(jnp.bfloat16), sizes
+
+
+def _quantize(x, sizes, scale_layout):
+  return mxfp8.quantize(x, sizes, rowwise=True, colwise=True, scale_layout=scale_layout)
+
+
+def _leaves_bits(q):
+  return [ref.bits_of(np.asarray(leaf)) for leaf in
+          (q.data, q.scale_inv, q.colwise_data, q.colwise_scale_inv)]
+
+
+def _assert_bit_equal(got, want):
+  for a, b, what in zip(_leaves_bits(got), _leaves_bits(want),
+                        ("data", "scale_inv", "colwise data", "colwise scale_inv")):
+    np.testing.assert_array_equal(a, b, err_msg=what)
+
+
+def _put(mesh, x, spec):
+  return None if x is None else jax.device_put(x, NamedSharding(mesh, spec))
+
+
+@pytest.mark.parametrize("scale_layout", ["compact", "swizzled"])
+@pytest.mark.parametrize("layout", ["same_dims", "varying_both"])
+def test_stack_split_along_groups_needs_no_communication(layout, scale_layout, partitioner):
+  mesh = cpu_mesh()
+  x, sizes = _stack(layout)
+  expected = _quantize(x, sizes, scale_layout)
+  xs, ss = _put(mesh, x, P("model")), _put(mesh, sizes, P("model"))
+  fn = jax.jit(functools.partial(_quantize, scale_layout=scale_layout))
+  q = fn(xs, ss)
+  _assert_bit_equal(q, expected)
+  assert q.data.sharding.is_equivalent_to(NamedSharding(mesh, P("model")), 3), q.data.sharding
+  assert q.scale_inv.sharding.is_equivalent_to(NamedSharding(mesh, P("model")), 1)
+  hlo = fn.lower(xs, ss).compile().as_text()
+  assert not collectives(hlo), hlo
+  (target, result, operands), = custom_calls(hlo)
+  assert target == QUANTIZE and operands[0] == f"bf16[{G // 4},{R},{C}]", (target, operands)
+
+  back = jax.jit(lambda q: mxfp8.dequantize(q, jnp.float32))
+  np.testing.assert_array_equal(back(q), mxfp8.dequantize(expected, jnp.float32))
+  hlo = back.lower(q).compile().as_text()
+  assert not collectives(hlo), hlo
+  (target, result, _), = custom_calls(hlo)
+  assert target == DEQUANTIZE and result == f"f32[{G // 4},{R},{C}]"
+
+
+@pytest.mark.parametrize("spec", [P(None, "model"), P(None, None, "model"), P("data", "model")],
+                         ids=["rows", "cols", "groups_and_rows"])
+def test_stack_split_otherwise_is_gathered_and_exact(spec, partitioner):
+  """Scales do not split along rows or columns: those dimensions are gathered first."""
+  mesh = cpu_mesh()
+  x, _ = _stack("same_dims")
+  xs = _put(mesh, x, spec)
+  _assert_bit_equal(jax.jit(functools.partial(_quantize, scale_layout="compact"))(xs, None),
+                    _quantize(x, None, "compact"))
+
+
+def test_ragged_layouts_are_computed_whole(partitioner):
+  """varying_first packs every group into one scale buffer: sharded input is gathered."""
+  mesh = cpu_mesh()
+  rng = np.random.default_rng(8)
+  x = rng.standard_normal((64, 96)).astype(jnp.bfloat16)
+  sizes = np.array([5, 0, 33, 2, 0, 9, 1, 7], np.int32)
+  want = _quantize(x, sizes, "compact")
+  for spec in (P("data"), P(None, "model")):
+    got = jax.jit(functools.partial(_quantize, scale_layout="compact"))(
+        _put(mesh, x, spec), jnp.asarray(sizes))
+    _assert_bit_equal(got, want)
+
+
+def test_explicit_axes_stack_keeps_its_group_split():
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  x, _ = _stack("same_dims")
+  with jax.set_mesh(mesh):
+    q = jax.jit(functools.partial(_quantize, sizes=None, scale_layout="compact"))(
+        _put(mesh, x, P("model")))
+    assert tuple(jax.typeof(q.data).sharding.spec)[:1] == ("model",)
+    assert tuple(jax.typeof(q.scale_inv).sharding.spec) == ("model",)
+  _assert_bit_equal(q, _quantize(x, None, "compact"))
+
+
+def test_group_batched_quantize_exports_sharded():
+  """No Python callback: the sharded program serializes and runs after a round trip."""
+  mesh = cpu_mesh()
+  x, _ = _stack("same_dims")
+  xs = _put(mesh, x, P("model"))
+  fn = jax.jit(lambda x: _quantize(x, None, "swizzled"))
+  exported = jax.export.export(
+      fn, platforms=("cpu",),
+      disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(QUANTIZE)])(xs)
+  text = exported.mlir_module()
+  assert "CustomSPMDPartitioning" not in text and QUANTIZE in text
+  restored = jax.export.deserialize(exported.serialize())
+  _assert_bit_equal(restored.call(xs), _quantize(x, None, "swizzled"))
+
+
+def test_sharding_rule_shares_only_the_groups():
+  rule = batch_partitionable.sharding_rule([(8, 4, 5), (8, 2)], [(8, 4, 5), (8, 0)])
+  assert rule == ("#sdy.op_sharding_rule<([i, j, k], [i, l])->([i, m, n], [i, o]) "
+                  "{i=8, j=4, k=5, l=2, m=4, n=5, o=0} need_replication={j, k, l, m, n, o}, "
+                  "custom>")
