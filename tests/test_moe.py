@@ -225,3 +225,38 @@ def expert_parallel_checks():
                  ).trace(xs, ws).lower(lowering_platforms=("cuda",)).as_text()
   assert "ragged_all_to_all" in cuda
 
+
+
+def test_tensor_parallel_jit_on_explicit_axes_matches_one_device():
+  """jit (no shard_map) on jax.make_mesh's default Explicit axes: tokens split over
+  "data", d_ff over "model"; the block runs on Auto axes inside, the GEMMs partition
+  by their rules (local d_ff), and y comes back typed with the tokens' split."""
+  from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+  from sharding_checks import cpu_mesh, custom_calls
+
+  rng = np.random.default_rng(9)
+  d_model, d_ff, experts = 16, 24, 8
+  w = random_weights(rng, d_model, d_ff, experts)
+  x = jnp.asarray(rng.standard_normal((64, d_model)), jnp.float32)
+  probe = jnp.asarray(rng.standard_normal(x.shape), jnp.float32)
+
+  def loss(x, w):
+    y, aux_loss = moe.moe_layer(x, w, top_k=2)
+    return jnp.sum(y * probe) + aux_loss, y
+
+  grad = jax.jit(jax.grad(loss, argnums=(0, 1), has_aux=True))
+  want_grads, want_y = grad(x, w)
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  with jax.set_mesh(mesh):
+    put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
+    xs = put(x, P("data"))
+    ws = moe.MoEWeights(router=put(w.router, P()), gate=put(w.gate, P(None, None, "model")),
+                        up=put(w.up, P(None, None, "model")), down=put(w.down, P(None, "model")))
+    got_grads, got_y = grad(xs, ws)
+    assert tuple(jax.typeof(got_y).sharding.spec)[:1] == ("data",)
+    hlo = grad.lower(xs, ws).compile().as_text()
+  assert relative_error(got_y, want_y) < 1e-6
+  for got, want in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
+    assert relative_error(got, want) < 1e-5
+  weights_seen = {operands[1] for _, _, operands in custom_calls(hlo)}
+  assert f"f32[{experts},1,{d_model},{d_ff // 4}]" in weights_seen, weights_seen

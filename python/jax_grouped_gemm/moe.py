@@ -195,8 +195,24 @@ def moe_layer(x, weights: MoEWeights, *, top_k: int, normalize_weights: bool = T
         functools.partial(block, axis_name=expert_axis), mesh=mesh,
         in_specs=(P(expert_axis, None), MoEWeights(P(), experts, experts, experts)),
         out_specs=(P(expert_axis, None), P()))
+  else:
+    block = _on_auto_axes(block, x)
   y, aux_loss = block(x.reshape(-1, x.shape[-1]), weights)
   return y.reshape(x.shape), aux_loss
+
+
+def _on_auto_axes(block, x):
+  """On a mesh of Explicit axes, the block's sorts, gathers and scatters over sharded
+  tokens have no sharding jax can infer: run it on Auto axes (the partitioner
+  places them; the grouped GEMMs partition by their own rules) and type the
+  results as the tokens (y) and replicated (aux_loss)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or not mesh.explicit_axes:
+    return block
+  tokens = jax.typeof(x).sharding.spec
+  rows = tokens[0] if len(tokens) == 2 else None  # the flattened token dim keeps a 2-D x's split
+  return jax.sharding.auto_axes(block, axes=mesh.explicit_axes,
+                                out_sharding=(P(rows, None), P()))
 
 
 def _check_shapes(x, weights: MoEWeights, axis_name):
