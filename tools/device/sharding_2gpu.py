@@ -4,15 +4,18 @@ Run on a machine with at least 2 GPUs (kind nvidia-h200-x2), from the repository
   PYTHONPATH=python python3 tools/device/sharding_2gpu.py
 (`--platform=cpu` runs the same checks, smaller, on 2 CPU devices: a smoke test of the
 script itself.) Exits non-zero on a mismatch. For every case, forward and gradients under jit
-with named shardings (Shardy, then GSPMD): the 2-GPU result agrees with the same
-function on one GPU, and the compiled program holds the expected collectives
-and no all-gather of expert weights. Then the shard_map expert-parallel MLP on
-the real ragged all-to-all (XLA:CPU has none, so CI only runs a stand-in).
+with named shardings (Shardy, then GSPMD; meshes of Auto axes, then of Explicit axes with
+out_sharding and typed gradients): the 2-GPU result agrees with the same function on one GPU,
+and the compiled program holds the expected collectives and no all-gather of expert weights.
+Then an MXFP8 weight stack quantized split along its experts (bit-exact, no collectives), and
+the shard_map expert-parallel MLP on the real ragged all-to-all (XLA:CPU has none, so CI only
+runs a stand-in).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -70,22 +73,48 @@ def check_case(name, mesh, one_gpu, dtype, operands):
   x, w, sizes, ct = operands
   put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
   on_one = lambda a: jax.device_put(a, one_gpu)
-  xs, ws, cts = put(x, x_spec), put(w, w_spec), put(ct, y_spec)
-  forward = jax.jit(jgg.ragged_dot, out_shardings=NamedSharding(mesh, y_spec))
-  gradient = jax.jit(jax.grad(loss, (0, 1)), out_shardings=(xs.sharding, ws.sharding))
-  got = [forward(xs, ws, sizes), *gradient(xs, ws, sizes, cts)]
   want = [jax.jit(jgg.ragged_dot)(on_one(x), on_one(w), on_one(sizes)),
           *jax.jit(jax.grad(loss, (0, 1)))(on_one(x), on_one(w), on_one(sizes), on_one(ct))]
+  explicit = mesh.axis_types[0] == AxisType.Explicit
+  with jax.set_mesh(mesh) if explicit else contextlib.nullcontext():
+    xs, ws, cts, sizes = put(x, x_spec), put(w, w_spec), put(ct, y_spec), put(sizes, P())
+    if explicit:  # shardings are types: out_sharding as jax.lax's, gradients come typed
+      forward = jax.jit(lambda a, b, s: jgg.ragged_dot(a, b, s, out_sharding=y_spec))
+      gradient = jax.jit(jax.grad(loss, (0, 1)))
+    else:
+      forward = jax.jit(jgg.ragged_dot, out_shardings=NamedSharding(mesh, y_spec))
+      gradient = jax.jit(jax.grad(loss, (0, 1)), out_shardings=(xs.sharding, ws.sharding))
+    got = [forward(xs, ws, sizes), *gradient(xs, ws, sizes, cts)]
+    found_fwd = collectives(forward.lower(xs, ws, sizes).compile().as_text())
+    found_grad = collectives(gradient.lower(xs, ws, sizes, cts).compile().as_text())
   errors = [relative_error(a, b) for a, b in zip(got, want)]
-  found_fwd = collectives(forward.lower(xs, ws, sizes).compile().as_text())
-  found_grad = collectives(gradient.lower(xs, ws, sizes, cts).compile().as_text())
   weight_shape = f"[{','.join(map(str, w.shape))}]"
   gathered_weights = [s for s in found_fwd.get("all-gather", []) if weight_shape in s]
+  placed = all(a.sharding.is_equivalent_to(NamedSharding(mesh, spec), a.ndim)
+               for a, spec in zip(got, (y_spec, x_spec, w_spec)))
   ok = (max(errors) <= TOLERANCE[dtype] and set(found_fwd) == want_fwd
-        and set(found_grad) == want_grad and not gathered_weights)
+        and set(found_grad) == want_grad and not gathered_weights and placed)
   print(f"{name:22s} {jnp.dtype(dtype).name:9s} err y/dx/dw "
         f"{' '.join(f'{e:.1e}' for e in errors)}  fwd {sorted(found_fwd)} grad "
         f"{sorted(found_grad)}  {'ok' if ok else 'MISMATCH'}")
+  return ok
+
+
+def check_mxfp8_stack_split(mesh, one_gpu, small):
+  """An expert weight stack quantized split along its experts: per-GPU calls, bit-exact."""
+  g, k, n = (G, 64, 96) if small else (G, 1024, 2048)
+  w = jax.random.normal(jax.random.key(3), (g, k, n), jnp.bfloat16)
+  quantize = jax.jit(lambda w: jgg.mxfp8.quantize(w, rowwise=True, colwise=True))
+  split = quantize(jax.device_put(w, NamedSharding(mesh, P("x"))))
+  whole = quantize(jax.device_put(w, one_gpu))
+  leaves = lambda q: (q.data, q.scale_inv, q.colwise_data, q.colwise_scale_inv)
+  exact = all(np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+              for a, b in zip(leaves(split), leaves(whole)))
+  found = collectives(quantize.lower(jax.device_put(w, NamedSharding(mesh, P("x"))))
+                      .compile().as_text())
+  ok = exact and not found
+  print(f"{'mxfp8_stack_split':22s} bfloat16  bit-exact {exact}  collectives {sorted(found)}  "
+        f"{'ok' if ok else 'MISMATCH'}")
   return ok
 
 
@@ -140,16 +169,19 @@ def main():
   sizes = rng.multinomial(M - 100, np.ones(G) / G).astype(np.int32)
   sizes[2] = 0
   ok = True
-  for shardy in (True, False):
-    jax.config.update("jax_use_shardy_partitioner", shardy)
-    print(f"--- {'Shardy' if shardy else 'GSPMD'}")
-    for dtype in (jnp.bfloat16, jnp.float32):
-      operands = (rng.standard_normal((M, K)).astype(dtype),
-                  (rng.standard_normal((G, K, N)) / np.sqrt(K)).astype(dtype),
-                  jnp.asarray(sizes), rng.standard_normal((M, N)).astype(np.float32))
-      for name in CASES:
-        ok &= check_case(name, mesh, gpus[0], dtype, operands)
+  for axis_type in (AxisType.Auto, AxisType.Explicit):
+    typed_mesh = jax.make_mesh((2,), ("x",), axis_types=(axis_type,), devices=gpus[:2])
+    for shardy in (True, False):
+      jax.config.update("jax_use_shardy_partitioner", shardy)
+      print(f"--- {'Shardy' if shardy else 'GSPMD'}, {axis_type.name} axes")
+      for dtype in (jnp.bfloat16, jnp.float32):
+        operands = (rng.standard_normal((M, K)).astype(dtype),
+                    (rng.standard_normal((G, K, N)) / np.sqrt(K)).astype(dtype),
+                    jnp.asarray(sizes), rng.standard_normal((M, N)).astype(np.float32))
+        for name in CASES:
+          ok &= check_case(name, typed_mesh, gpus[0], dtype, operands)
   jax.config.update("jax_use_shardy_partitioner", True)
+  ok &= check_mxfp8_stack_split(mesh, gpus[0], small=platform == "cpu")
   ok &= check_expert_parallel_mlp(mesh, gpus[0], small=platform == "cpu")
   print("all agree with one GPU" if ok else "MISMATCHES above")
   return 0 if ok else 1
