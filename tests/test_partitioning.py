@@ -238,11 +238,10 @@ def test_explicit_axes_infer_the_result_type(lhs_spec, rhs_spec, expected, parti
     _assert_close(out, _unsharded()[0], "forward")
 
 
-def test_explicit_axes_out_sharding_of_n_d_layouts(partitioner):
-  """An N-D ragged_dot_general whose result the kernel's layout cannot carry directly
-  still ends typed (and placed) as out_sharding asks."""
-  mesh = cpu_mesh(axis_type=AxisType.Explicit)
-  rng = np.random.default_rng(4)
+def _batched_problem(seed):
+  """A ragged_dot_general with a batch dimension of 2 (each entry its own group sizes):
+  (lhs, rhs, sizes, dimension numbers, the float64 reference result)."""
+  rng = np.random.default_rng(seed)
   lhs = rng.standard_normal((2, M, K)).astype(np.float32)
   rhs = rng.standard_normal((2, G, K, N)).astype(np.float32)
   sizes = np.array([SIZES, SIZES[::-1]], np.int32)
@@ -250,6 +249,14 @@ def test_explicit_axes_out_sharding_of_n_d_layouts(partitioner):
       dot_dimension_numbers=(([2], [2]), ([0], [0])), lhs_ragged_dimensions=[1],
       rhs_group_dimensions=[1])
   expected = np.stack([reference.ragged_m(lhs[i], rhs[i], sizes[i]) for i in range(2)])
+  return lhs, rhs, sizes, dims, expected
+
+
+def test_explicit_axes_out_sharding_of_n_d_layouts(partitioner):
+  """An N-D ragged_dot_general whose result the kernel's layout cannot carry directly
+  still ends typed (and placed) as out_sharding asks."""
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  lhs, rhs, sizes, dims, expected = _batched_problem(4)
   with jax.set_mesh(mesh):
     fn = jax.jit(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims,
                                                         out_sharding=P(None, None, "model")))
@@ -306,16 +313,9 @@ def test_group_offset_with_split_experts(offset, first, partitioner):
 def test_batch_dimension_split(partitioner):
   """ragged_dot_general with a batch dimension split over data: no communication."""
   mesh = cpu_mesh()
-  rng = np.random.default_rng(2)
-  lhs = rng.standard_normal((2, M, K)).astype(np.float32)
-  rhs = rng.standard_normal((2, G, K, N)).astype(np.float32)
-  sizes = np.array([SIZES, SIZES[::-1]], np.int32)
-  dims = jax.lax.RaggedDotDimensionNumbers(
-      dot_dimension_numbers=(([2], [2]), ([0], [0])), lhs_ragged_dimensions=[1],
-      rhs_group_dimensions=[1])
+  lhs, rhs, sizes, dims, expected = _batched_problem(2)
   fn = jax.jit(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims))
   args = (_put(mesh, lhs, P("data")), _put(mesh, rhs, P("data")), _put(mesh, sizes, P("data")))
-  expected = np.stack([reference.ragged_m(lhs[i], rhs[i], sizes[i]) for i in range(2)])
   _assert_close(fn(*args), expected, "forward")
   hlo = fn.lower(*args).compile().as_text()
   assert not collectives(hlo), hlo
