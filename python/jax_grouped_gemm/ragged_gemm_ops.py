@@ -70,22 +70,23 @@ def canonical_out_sharding(out_sharding):
                   f"{type(out_sharding).__name__}")
 
 
-def ragged_m(lhs, rhs, group_sizes, group_offset, *, rhs_transposed: bool, out_dtype,
-             out_sharding=None):
+def _bind(primitive, lhs, rhs, group_sizes, group_offset, out_dtype, out_sharding, **params):
   lhs, rhs = _same_input_dtype(lhs, rhs)
   lhs, rhs, group_sizes, group_offset = _vary_alike(lhs, rhs, group_sizes, group_offset)
-  return ragged_m_p.bind(lhs, rhs, group_sizes, group_offset,
-                         rhs_transposed=bool(rhs_transposed), out_dtype=jnp.dtype(out_dtype),
-                         out_sharding=canonical_out_sharding(out_sharding))
+  return primitive.bind(lhs, rhs, group_sizes, group_offset, out_dtype=jnp.dtype(out_dtype),
+                        out_sharding=canonical_out_sharding(out_sharding), **params)
+
+
+def ragged_m(lhs, rhs, group_sizes, group_offset, *, rhs_transposed: bool, out_dtype,
+             out_sharding=None):
+  return _bind(ragged_m_p, lhs, rhs, group_sizes, group_offset, out_dtype, out_sharding,
+               rhs_transposed=bool(rhs_transposed))
 
 
 def ragged_k(lhs, rhs, group_sizes, group_offset, *, num_groups: int, out_dtype,
              out_sharding=None):
-  lhs, rhs = _same_input_dtype(lhs, rhs)
-  lhs, rhs, group_sizes, group_offset = _vary_alike(lhs, rhs, group_sizes, group_offset)
-  return ragged_k_p.bind(lhs, rhs, group_sizes, group_offset,
-                         num_groups=int(num_groups), out_dtype=jnp.dtype(out_dtype),
-                         out_sharding=canonical_out_sharding(out_sharding))
+  return _bind(ragged_k_p, lhs, rhs, group_sizes, group_offset, out_dtype, out_sharding,
+               num_groups=int(num_groups))
 
 
 # --- shapes -------------------------------------------------------------------

@@ -39,6 +39,18 @@ def grouped_matmul(lhs, rhs, group_sizes, *, group_offset=None, precision=None,
                     preferred_element_type=preferred_element_type, **offset)
 
 
+def module_ragged_dot(module, lhs, rhs, group_sizes, precision, preferred_element_type,
+                      group_offset):
+  """The RaggedDot modules' call: per-call precision and result dtype override the
+  module's fields (precision, preferred_element_type, recipe)."""
+  return grouped_matmul(
+      lhs, rhs, group_sizes, group_offset=group_offset,
+      precision=module.precision if precision is None else precision,
+      preferred_element_type=(module.preferred_element_type if preferred_element_type is None
+                              else preferred_element_type),
+      recipe=module.recipe)
+
+
 def group_bias(bias, group_sizes, num_rows: int, group_offset=None):
   """[num_rows, out]: each row's bias[group]; 0 for rows of no local group.
 

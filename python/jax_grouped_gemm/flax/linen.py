@@ -77,12 +77,8 @@ class RaggedDot(nn.Module):
 
   def __call__(self, lhs, rhs, group_sizes, precision=None, preferred_element_type=None,
                group_offset=None):
-    return _grouped_dense.grouped_matmul(
-        lhs, rhs, group_sizes, group_offset=group_offset,
-        precision=self.precision if precision is None else precision,
-        preferred_element_type=(self.preferred_element_type if preferred_element_type is None
-                                else preferred_element_type),
-        recipe=self.recipe)
+    return _grouped_dense.module_ragged_dot(self, lhs, rhs, group_sizes, precision,
+                                            preferred_element_type, group_offset)
 
 
 class MoE(nn.Module):
