@@ -22,8 +22,7 @@ TOL = 1e-5
 
 
 def _shard_map(fn, mesh, in_specs, out_specs):
-  # check_vma=False: the primitives do not type their results' varying manual axes yet.
-  return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+  return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
 
 
 def _mlp_reference(x, group_sizes, w_in, w_out, shards):

@@ -130,7 +130,7 @@ def check_expert_parallel_mlp(mesh, one_gpu, small):
   w_out = (rng.standard_normal((G, f, d)) / np.sqrt(f)).astype(np.float32)
   layer = jax.jit(jax.shard_map(
       lambda x, s, a, b: expert_parallel.expert_parallel_mlp(x, s[0], a, b, axis_name="x"),
-      mesh=mesh, in_specs=(P("x"),) * 4, out_specs=P("x"), check_vma=False))
+      mesh=mesh, in_specs=(P("x"),) * 4, out_specs=P("x")))
   put = lambda a: jax.device_put(a, NamedSharding(mesh, P("x")))
   got = layer(put(x), put(sizes), put(w_in), put(w_out))
 
