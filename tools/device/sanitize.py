@@ -1,8 +1,8 @@
 """Edge cases of every CUDA ragged GEMM path, for `compute-sanitizer --tool memcheck`.
 
 Empty groups, skew, sum(group_sizes) < M and > M, negative sizes, odd and
-aligned K/N, both the tensor-core and SIMT paths (bf16 and f32), forward,
-dgrad and wgrad. Exits non-zero on a wrong result.
+aligned K/N, both the tensor-core and SIMT paths (bf16, f16 and f32 inputs; bf16 and
+f16 also with f32 results), forward, dgrad and wgrad. Exits non-zero on a wrong result.
 """
 
 import jax
@@ -22,16 +22,23 @@ CASES = [  # (M, K, N, group sizes)
 ]
 
 
+# (input dtype, preferred_element_type): every kernel family of the dispatcher.
+DTYPES = [(jnp.bfloat16, None), (jnp.float16, None), (jnp.float32, None),
+          (jnp.bfloat16, jnp.float32), (jnp.float16, jnp.float32)]
+
+
 def main():
   failures = 0
-  for dtype in (jnp.bfloat16, jnp.float32):
+  for dtype, preferred in DTYPES:
     for m, k, n, sizes in CASES:
       rng = np.random.default_rng(m * k + n)
       x = jnp.asarray(rng.standard_normal((m, k)), dtype)
       w = jnp.asarray(rng.standard_normal((len(sizes), k, n)), dtype)
       ct = jnp.asarray(rng.standard_normal((m, n)), dtype)
       gs = jnp.asarray(sizes, jnp.int32)
-      out, vjp = jax.vjp(lambda a, b: jgg.ragged_dot(a, b, gs), x, w)
+      out, vjp = jax.vjp(lambda a, b: jgg.ragged_dot(a, b, gs, preferred_element_type=preferred),
+                         x, w)
+      ct = ct.astype(out.dtype)
       dx, dw = vjp(ct)
       f32 = lambda a: np.asarray(a.astype(jnp.float32))
       tol = reference.TOLERANCE[jnp.dtype(dtype).name]
@@ -42,7 +49,8 @@ def main():
       }
       bad = {name: err for name, err in checks.items() if not err <= tol}
       failures += bool(bad)
-      print(jnp.dtype(dtype).name, (m, k, n, sizes), "FAIL " + str(bad) if bad else "ok")
+      print(jnp.dtype(dtype).name, "->", out.dtype.name, (m, k, n, sizes),
+            "FAIL " + str(bad) if bad else "ok")
   raise SystemExit(1 if failures else 0)
 
 
