@@ -247,3 +247,26 @@ def test_errors_name_the_argument():
     jgg.MXFP8Recipe(scale_layout="blocked")
   assert jgg.MXFP8Recipe(gradient_dtype="float8_e5m2") == jgg.MXFP8Recipe(
       gradient_dtype=jnp.float8_e5m2)
+
+
+@pytest.mark.parametrize("x_spec, kernel_spec", [
+    ((), (None, None, "model")), ((), ("model",)), (("data",), ()), ((None, "model"), (None, "model")),
+], ids=["column", "expert", "data", "row"])
+def test_mxfp8_recipe_on_explicit_axes_returns_typed_gradients(x_spec, kernel_spec):
+  """Sharding in types: the custom VJP's gradients carry their primals' shardings, and
+  the numbers are the unsharded ones."""
+  from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+  from sharding_checks import cpu_mesh
+
+  x, kernel, dy, sizes = _operands(12)
+  fn = lambda a, b: jgg.grouped_dense(a, b, sizes, recipe=jgg.MXFP8Recipe())
+  want = _vjp(fn, x, kernel, dy)
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  with jax.set_mesh(mesh):
+    xs = jax.device_put(x, NamedSharding(mesh, P(*x_spec)))
+    ks = jax.device_put(kernel, NamedSharding(mesh, P(*kernel_spec)))
+    got = jax.jit(functools.partial(_vjp, fn, dy=dy))(xs, ks)
+    for gradient, primal in zip(got[1:], (xs, ks)):
+      assert jax.typeof(gradient).sharding.spec == jax.typeof(primal).sharding.spec
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import NamedSharding
 
 from jax_grouped_gemm import mxfp8_gemm
 from jax_grouped_gemm.mxfp8.quantize import INPUT_DTYPES, quantize
@@ -112,7 +113,8 @@ def grouped_dense(x, kernel, group_sizes, *, recipe: MXFP8Recipe | None = None,
   out_dtype = x.dtype if prequantized else jnp.result_type(x.dtype, kernel.dtype)
   config = _Config(recipe, jnp.dtype(x.dtype),
                    None if prequantized else jnp.dtype(kernel.dtype), jnp.dtype(out_dtype),
-                   kernel.shape[0])
+                   kernel.shape[0], _typed_sharding(x),
+                   None if prequantized else _typed_sharding(kernel))
   if group_offset is not None:
     group_offset = jnp.asarray(group_offset).astype(jnp.int32)
   return _mxfp8_grouped_dense(config, x, kernel, group_sizes.astype(jnp.int32), group_offset)
@@ -143,6 +145,18 @@ class _Config:
   kernel_dtype: jnp.dtype | None  # None: a pre-quantized kernel (no gradient)
   out_dtype: jnp.dtype
   num_local_groups: int
+  x_sharding: NamedSharding | None       # the primals' shardings where types carry them
+  kernel_sharding: NamedSharding | None  # (Explicit mesh axes): the gradients' too
+
+
+def _typed_sharding(x) -> NamedSharding | None:
+  sharding = jax.typeof(x).sharding
+  return sharding if not sharding.mesh.empty and sharding.mesh.explicit_axes else None
+
+
+def _typed_as(gradient, sharding):
+  """A custom VJP's gradient must have its primal's type, sharding included."""
+  return gradient if sharding is None else jax.sharding.reshard(gradient, sharding)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -199,8 +213,8 @@ def _backward(config, residuals, dy):
                                        group_offset=group_offset)
     # A ragged contraction returns one group per entry of group_sizes (jax.lax's
     # shape); with group_offset only the first num_local_groups are the kernel's.
-    dw = dw[:config.num_local_groups]
-  return dx, dw, None, None
+    dw = _typed_as(dw[:config.num_local_groups], config.kernel_sharding)
+  return _typed_as(dx, config.x_sharding), dw, None, None
 
 
 _mxfp8_grouped_dense.defvjp(_forward, _backward)
