@@ -133,6 +133,7 @@ CASES = {
     "dense_scalar_stride": ("dense", (100, 300), "bfloat16", None),
     "dense_f32": ("dense", (70, 96), "float32", None),
     "dense_two_col_tiles": ("dense", (33, 1030), "float16", None),
+    "varying_first_wide": ("varying_first", (72, 1024), "bfloat16", [33, 0, 7, 32]),
     "same_dims": ("same_dims", (3, 65, 136), "bfloat16", None),
     "varying_first": ("varying_first", (1100, 64), "bfloat16", EDGE_SIZES),
     "varying_first_odd": ("varying_first", (1100, 45), "float32", EDGE_SIZES),
@@ -196,10 +197,11 @@ def test_emulated_unaligned_input_takes_the_scalar_path(emulator, in_dtype):
 
 
 def test_emulation_covers_several_cta_widths(emulator):
-  """The cases above run 32-, 64- and 128-thread CTAs (more groups than threads included)."""
+  """The cases above run 32-, 64-, 96- and 128-thread CTAs (more groups than threads included)."""
   widths = set()
-  for case in ("dense_vector", "dense_two_col_tiles", "varying_last", "many_groups"):
+  for case in ("dense_vector", "dense_two_col_tiles", "varying_first_wide", "varying_last",
+               "many_groups"):
     layout, shape, in_dtype, sizes = CASES[case]
     x = _values(1, shape, jnp.dtype(in_dtype))
     widths.add(emulate(emulator, x, sizes, layout, jnp.float8_e4m3fn, True, False, False)[1])
-  assert {32, 128} <= widths
+  assert {32, 64, 96, 128} <= widths

@@ -7,15 +7,20 @@ namespace {
 
 using namespace jgg::cuda::mxfp8_kernels;  // NOLINT
 
+// A small "GPU": every CTA loops over many jobs and several locate rounds (kJobsPerLocate),
+// and small calls still get one job per CTA.
+constexpr int64_t kResidentCtas = 3;
+
 struct EmulatedQuantize {
   const jgg::mxfp8::QuantizeProblem& p;
   const jgg::mxfp8::QuantizeOperands& o;
   template <typename In, bool kRow, bool kCol, jgg::mxfp8::Fp8Format kFormat>
   int Run() {
-    const Grid grid = QuantizeGrid(p, o, Strip<In>::kCount);
+    Grid grid = QuantizeGrid(p, o, Strip<In>::kCount);
     const int threads = static_cast<int>(grid.tile_cols / Strip<In>::kCount);
     const bool swizzled = p.swizzled;
-    simt::Launch(grid.data_tiles + TailChunks(grid), threads, [&] {
+    SetCtas(grid, kResidentCtas);
+    simt::Launch(grid.ctas, threads, [&] {
       QuantizeKernel<In, kRow, kCol, kFormat>(grid, o, swizzled);
     });
     return threads;
@@ -27,10 +32,11 @@ struct EmulatedDequantize {
   const jgg::mxfp8::DequantizeOperands& o;
   template <typename Out, jgg::mxfp8::Fp8Format kFormat>
   int Run() {
-    constexpr int kVec = 16 / sizeof(Out);
-    const Grid grid = DequantizeGrid(p, o, kVec);
+    constexpr int kVec = kDequantVec;
+    Grid grid = DequantizeGrid(p, o, kVec);
     const int threads = static_cast<int>(grid.tile_cols / kVec);
-    simt::Launch(grid.data_tiles, threads, [&] {
+    SetCtas(grid, kResidentCtas);
+    simt::Launch(grid.ctas, threads, [&] {
       DequantizeKernel<Out, kFormat>(grid, o, p.colwise, p.swizzled);
     });
     return threads;

@@ -1,12 +1,45 @@
 // Launches of the grouped MXFP8 kernels (mxfp8_kernels.cuh) on the caller's stream.
 #include "xla_plugin/kernels/cuda/mxfp8_cuda.h"
 
+#include <atomic>
+
 #include "xla_plugin/kernels/cuda/mxfp8_kernels.cuh"
 
 namespace jgg::cuda {
 namespace {
 
 using namespace mxfp8_kernels;  // NOLINT: the kernels, grids and dispatch of this op
+
+// CTAs of `kernel` that fit on the current GPU at once with `threads` threads each (0 if the
+// runtime cannot say: then one CTA per job). Host queries only (no stream work), so the launch
+// stays capturable in command buffers. Cached per device and CTA width in the kernel's own
+// `cache` (0: not asked yet): the queries cost microseconds, as much as a small call's kernel.
+constexpr int kDevices = 64, kWidths = kMaxThreads / 32;
+using ResidentCache = std::atomic<int64_t>[kDevices][kWidths];
+
+template <typename Kernel>
+int64_t ResidentCtas(Kernel kernel, int threads, ResidentCache& cache) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // clear a failed query: the launch below reports its own errors
+    return 0;
+  }
+  const int width = threads / 32 - 1;
+  const bool cached = device >= 0 && device < kDevices && width >= 0 && width < kWidths;
+  if (cached) {
+    const int64_t known = cache[device][width].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
+  int sms = 0, per_sm = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  const int64_t resident = static_cast<int64_t>(sms) * per_sm;
+  if (cached) cache[device][width].store(resident, std::memory_order_relaxed);
+  return resident;
+}
 
 struct QuantizeLaunch {
   const mxfp8::QuantizeProblem& p;
@@ -15,11 +48,13 @@ struct QuantizeLaunch {
 
   template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
   cudaError_t Run() {
-    const Grid grid = QuantizeGrid(p, o, Strip<In>::kCount);
-    const int64_t ctas = grid.data_tiles + TailChunks(grid);
-    if (ctas == 0) return cudaSuccess;
+    Grid grid = QuantizeGrid(p, o, Strip<In>::kCount);
+    if (grid.jobs == 0) return cudaSuccess;
     const int threads = static_cast<int>(grid.tile_cols / Strip<In>::kCount);
-    QuantizeKernel<In, kRow, kCol, kFormat><<<ctas, threads, 0, stream>>>(grid, o, p.swizzled);
+    const auto kernel = QuantizeKernel<In, kRow, kCol, kFormat>;
+    static ResidentCache cache;
+    SetCtas(grid, ResidentCtas(kernel, threads, cache));
+    kernel<<<grid.ctas, threads, 0, stream>>>(grid, o, p.swizzled);
     return cudaGetLastError();
   }
 };
@@ -31,12 +66,14 @@ struct DequantizeLaunch {
 
   template <typename Out, Fp8Format kFormat>
   cudaError_t Run() {
-    constexpr int kVec = 16 / sizeof(Out);
-    const Grid grid = DequantizeGrid(p, o, kVec);
-    if (grid.data_tiles == 0) return cudaSuccess;
+    constexpr int kVec = kDequantVec;
+    Grid grid = DequantizeGrid(p, o, kVec);
+    if (grid.jobs == 0) return cudaSuccess;
     const int threads = static_cast<int>(grid.tile_cols / kVec);
-    DequantizeKernel<Out, kFormat><<<grid.data_tiles, threads, 0, stream>>>(grid, o, p.colwise,
-                                                                            p.swizzled);
+    const auto kernel = DequantizeKernel<Out, kFormat>;
+    static ResidentCache cache;
+    SetCtas(grid, ResidentCtas(kernel, threads, cache));
+    kernel<<<grid.ctas, threads, 0, stream>>>(grid, o, p.colwise, p.swizzled);
     return cudaGetLastError();
   }
 };

@@ -1,18 +1,24 @@
 // Grouped MXFP8 quantize / dequantize on Hopper: memory-bound streaming kernels.
 //
-// Work unit: a CTA tile of 32 rows (one colwise block) x tile_cols columns of one region (a
-// group, or the zero tail; see common/mxfp8_layout.h). Each thread owns a 16-byte column strip
-// (8 bf16/f16 or 4 f32 values) of all 32 rows, read with one 16-byte load per row, so:
-//   rowwise: a 32-element block spans 32 / 8 = 4 (or 8) neighbouring lanes: amax by xor-shuffle;
-//   colwise: a thread holds whole 32x1 blocks of its columns: amax in registers;
-//   both:    one pass over the input from DRAM does both (see QuantizeTile).
+// Job: a tile of 32 rows (one colwise block) x tile_cols columns of one region (a group, or the
+// zero tail; see common/mxfp8_layout.h), or a chunk of scale bytes to zero. Each thread owns an
+// 8-byte column strip (4 bf16/f16 or 2 f32 values; dequantize: 4 fp8 bytes) of all 32 rows and
+// issues the 32 loads of its strip before it uses any (256 bytes in flight per thread), so:
+//   rowwise: a 32-element block spans 32 / 4 = 8 (or 16) neighbouring lanes: amax by xor-shuffle
+//            (two rows per shuffle, packed);
+//   colwise: a thread holds whole 32x1 blocks of its columns: amax and conversion in registers;
+//   both:    one read of the input from DRAM does both (the rows wait in shared memory between
+//            the two passes), nothing is read twice from DRAM.
 // Tiles never span two groups (tiles restart at every group boundary), which is what makes any
-// group size valid. Each CTA finds its tile with block-wide prefix sums over the device group
-// sizes (a few hundred cycles, overlapped with other CTAs' streaming) instead of a separate
-// setup launch, and the scale bytes that hold no real scale (128x4 tile padding, the unused
-// tail of the worst-case buffer) are zeroed by the CTAs that own them: one launch per call.
-// Elements use the hardware cvt.rn.satfinite (bit-identical to common/mxfp8_math.h's
-// integer rounding, which the CPU path uses; the tests compare both with one NumPy reference).
+// group size valid. The grid is one wave (as many CTAs as fit on the GPU, about as many jobs
+// each); a CTA finds 16 of its jobs at a time with one pass of block-wide prefix sums over the
+// device group sizes instead of a separate setup launch, and the scale bytes that hold no real
+// scale (128x4 tile padding, the unused tail of the worst-case buffer) are zeroed by the CTAs
+// that own them: one launch per call. Tiles wholly inside their group (nearly all) take a path
+// with no per-row bounds or scalar fallbacks: at 4 elements per thread and row, those cost more
+// instructions than the conversion. Elements use the hardware cvt.rn.satfinite (bit-identical
+// to common/mxfp8_math.h's integer rounding, which the CPU path uses; the tests compare both
+// with one NumPy reference).
 //
 // Device code and launch geometry only (the launches are in mxfp8_cuda.cu), so that
 // tests/test_mxfp8_emulated.py can run these exact kernels on the CPU under a SIMT emulator.
@@ -40,18 +46,31 @@ using mxfp8::Region;
 using mxfp8::ScaleMatrix;
 
 constexpr int kTileRows = 32;             // one colwise block
-constexpr int kMaxThreads = 128;          // 3-4 CTAs per SM keep enough loads in flight
+constexpr int kMaxThreads = 128;          // small CTAs: fine-grained column tiles
+// Register caps of __launch_bounds__: 4 CTAs per SM (<= 128 registers) keep 128 KB of loads in
+// flight per SM; without a cap ptxas takes up to 186 registers (3 CTAs).
+constexpr int kMinCtasPerSm = 4;
+constexpr int kMinCtasPerSmBoth = 3;  // 166 registers, no spills (at 128: 200 bytes spilled)
+constexpr int kStripBytes = 8;            // input bytes per thread and row (quantize)
+constexpr int kDequantVec = 4;            // fp8 bytes per thread and row (dequantize)
 constexpr int64_t kTailChunkBytes = 16384;  // scale bytes one CTA zeroes past the groups
 
 struct Grid {
   GroupedShape shape;
-  int64_t tile_cols;    // columns per CTA tile: blockDim.x * elements per 16 bytes
-  int64_t data_tiles;   // CTAs [0, data_tiles) handle data tiles, the rest scale tail chunks
+  int64_t tile_cols;    // columns per CTA tile: blockDim.x * elements per thread strip
+  int64_t data_tiles;   // jobs [0, data_tiles) are data tiles, the rest scale tail chunks
+  int64_t jobs;         // data tiles + tail chunks
+  int64_t ctas;         // CTAs launched: CTA c does jobs c, c + ctas, c + 2 * ctas, ...
   int64_t scale_bytes;  // of each orientation's buffer
   bool aligned;         // every base pointer is 16-byte aligned
 };
 
-// What one CTA does, identical for all its threads (lives in shared memory).
+// The launch makes as many CTAs as fit on the GPU at once (one wave: no last partial wave), and
+// each CTA locates its jobs kJobsPerLocate at a time with one pass of prefix sums over the
+// group sizes, spreading that cost over several tiles.
+constexpr int kJobsPerLocate = 16;
+
+// What one job of a CTA does, identical for all its threads (lives in shared memory).
 struct TileJob {
   Region region;
   int64_t row_tile, col_tile;      // tile coordinates inside the region's capacity
@@ -59,8 +78,17 @@ struct TileJob {
   bool has_tile;
 };
 
+// ceil(a / b) and a / b for a >= 0, b > 0: 32-bit division whenever the operands fit (always,
+// in practice). A 64-bit division is a long software routine, and the locate runs several
+// per group and thread.
+__device__ inline int64_t DivFast(int64_t a, int64_t b) {
+  if ((a | b) >> 31 == 0) return static_cast<uint32_t>(a) / static_cast<uint32_t>(b);
+  return a / b;
+}
+__device__ inline int64_t CeilDivFast(int64_t a, int64_t b) { return DivFast(a + b - 1, b); }
+
 __device__ inline int64_t RegionColTiles(const Region& r, int64_t tile_cols) {
-  return CeilDiv(r.cap_cols, tile_cols);
+  return CeilDivFast(r.cap_cols, tile_cols);
 }
 __device__ inline int64_t RegionTiles(const Region& r, int64_t tile_cols) {
   return CeilDiv(r.cap_rows, kTileRows) * RegionColTiles(r, tile_cols);
@@ -69,73 +97,103 @@ __device__ inline int64_t RegionTiles(const Region& r, int64_t tile_cols) {
 __device__ inline void SetTile(TileJob& job, const Region& r, int64_t local, int64_t tile_cols) {
   const int64_t col_tiles = RegionColTiles(r, tile_cols);
   job.region = r;
-  job.row_tile = local / col_tiles;
-  job.col_tile = local % col_tiles;
+  job.row_tile = DivFast(local, col_tiles);
+  job.col_tile = local - job.row_tile * col_tiles;
   job.has_tile = true;
 }
 
-// Inclusive prefix sum over the CTA's threads; `total` receives the sum over all of them.
-__device__ inline int64_t BlockInclusiveSum(int64_t v, int64_t* warp_sums, int64_t& total) {
+// Inclusive prefix sums of N values over the CTA's threads; `total` receives the sums over all
+// of them. N values share one pair of barriers.
+template <int N>
+__device__ inline void BlockInclusiveSums(int64_t (&v)[N], int64_t (&total)[N]) {
+  __shared__ int64_t warp_sums[kMaxThreads / 32][N];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
-    const int64_t up = __shfl_up_sync(0xFFFFFFFFu, v, d);
-    if (lane >= d) v += up;
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      const int64_t up = __shfl_up_sync(0xFFFFFFFFu, v[n], d);
+      if (lane >= d) v[n] += up;
+    }
   }
-  if (lane == 31) warp_sums[warp] = v;
-  __syncthreads();
-  int64_t before = 0;
-  total = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
-    const int64_t s = warp_sums[w];
-    total += s;
-    if (w < warp) before += s;
+  if (lane == 31) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) warp_sums[warp][n] = v[n];
   }
   __syncthreads();
-  return v + before;
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    int64_t before = 0;
+    total[n] = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
+      const int64_t s = warp_sums[w][n];
+      total[n] += s;
+      if (w < warp) before += s;
+    }
+    v[n] += before;
+  }
+  __syncthreads();
+}
+
+// Job `first + k` of this CTA, and how many of its jobs from `first` on one locate covers.
+__device__ inline int64_t JobIndex(const Grid& grid, int64_t first, int k) {
+  return static_cast<int64_t>(blockIdx.x) + (first + k) * grid.ctas;
+}
+__device__ inline int JobCount(const Grid& grid, int64_t first) {
+  const int64_t mine = CeilDiv(grid.jobs - static_cast<int64_t>(blockIdx.x), grid.ctas);
+  return static_cast<int>(MinI64(kJobsPerLocate, mine - first > 0 ? mine - first : 0));
+}
+
+__device__ inline void ClearJob(TileJob& job) {
+  job.has_tile = false;
+  job.tail_begin = job.tail_end = 0;
 }
 
 // Ragged layouts: group g spans [min(E, S_g - n_g), min(E, S_g)) of the ragged extent E, S the
-// prefix sum of the clamped sizes n_g; its tiles and scale bytes follow as two more prefix sums.
-// The thread holding the CTA's group writes the job. All threads must call (barriers).
-__device__ inline void LocateRaggedJob(const Grid& grid, const int32_t* group_sizes, int64_t cta,
-                                TileJob& job) {
-  __shared__ int64_t warp_sums[kMaxThreads / 32];
+// prefix sum of the clamped sizes n_g; its tiles and scale bytes follow as two more prefix sums
+// (one round of barriers). The thread holding a job's group writes that job. All threads must
+// call (barriers).
+__device__ inline void LocateRaggedJobs(const Grid& grid, const int32_t* group_sizes,
+                                        int64_t first, int count, TileJob* jobs) {
   const GroupedShape& s = grid.shape;
   const int64_t extent = mxfp8::RaggedExtent(s);
-  if (threadIdx.x == 0) {
-    job.has_tile = false;
-    job.tail_begin = job.tail_end = 0;
-  }
+  if (threadIdx.x < count) ClearJob(jobs[threadIdx.x]);
   __syncthreads();
   int64_t size_before = 0, tiles_before = 0, bytes_before = 0;
   for (int64_t chunk = 0; chunk < s.num_groups; chunk += blockDim.x) {
     const int64_t g = chunk + threadIdx.x;
     const int64_t size = g < s.num_groups ? mxfp8::ClampSize(group_sizes[g], extent) : 0;
-    int64_t size_total, tiles_total, bytes_total;
-    const int64_t size_end = size_before + BlockInclusiveSum(size, warp_sums, size_total);
-    const int64_t begin = MinI64(extent, size_end - size), end = MinI64(extent, size_end);
+    int64_t size_end[1] = {size}, size_total[1];
+    BlockInclusiveSums<1>(size_end, size_total);
+    size_end[0] += size_before;
+    const int64_t begin = MinI64(extent, size_end[0] - size), end = MinI64(extent, size_end[0]);
     const Region region = mxfp8::RaggedRegion(s, begin, end, 0, /*is_group=*/true);
     const int64_t tiles = RegionTiles(region, grid.tile_cols);
     const int64_t bytes = mxfp8::RaggedGroupScaleBytes(s, end - begin);
-    const int64_t tiles_end = tiles_before + BlockInclusiveSum(tiles, warp_sums, tiles_total);
-    const int64_t bytes_end = bytes_before + BlockInclusiveSum(bytes, warp_sums, bytes_total);
-    if (cta >= tiles_end - tiles && cta < tiles_end) {
-      SetTile(job, region, cta - (tiles_end - tiles), grid.tile_cols);
-      job.region.scale_offset = bytes_end - bytes;
+    int64_t ends[2] = {tiles, bytes}, totals[2];
+    BlockInclusiveSums<2>(ends, totals);
+    const int64_t tiles_end = tiles_before + ends[0], bytes_end = bytes_before + ends[1];
+    for (int k = 0; k < count && tiles > 0; ++k) {
+      const int64_t job = JobIndex(grid, first, k);
+      if (job >= tiles_end - tiles && job < tiles_end) {
+        SetTile(jobs[k], region, job - (tiles_end - tiles), grid.tile_cols);
+        jobs[k].region.scale_offset = bytes_end - bytes;
+      }
     }
-    size_before += size_total;
-    tiles_before += tiles_total;
-    bytes_before += bytes_total;
+    size_before += size_total[0];
+    tiles_before += totals[0];
+    bytes_before += totals[1];
   }
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < count) {
+    const int k = threadIdx.x;
+    const int64_t job = JobIndex(grid, first, k);
     const Region tail = mxfp8::RaggedRegion(s, MinI64(extent, size_before), extent, bytes_before,
                                             /*is_group=*/false);
-    if (cta >= tiles_before && cta < tiles_before + RegionTiles(tail, grid.tile_cols)) {
-      SetTile(job, tail, cta - tiles_before, grid.tile_cols);
-    } else if (cta >= grid.data_tiles) {
-      job.tail_begin = bytes_before + (cta - grid.data_tiles) * kTailChunkBytes;
-      job.tail_end = MinI64(grid.scale_bytes, job.tail_begin + kTailChunkBytes);
+    if (job >= tiles_before && job < tiles_before + RegionTiles(tail, grid.tile_cols)) {
+      SetTile(jobs[k], tail, job - tiles_before, grid.tile_cols);
+    } else if (job >= grid.data_tiles) {
+      jobs[k].tail_begin = bytes_before + (job - grid.data_tiles) * kTailChunkBytes;
+      jobs[k].tail_end = MinI64(grid.scale_bytes, jobs[k].tail_begin + kTailChunkBytes);
     }
   }
   __syncthreads();
@@ -145,12 +203,11 @@ __device__ inline void LocateRaggedJob(const Grid& grid, const int32_t* group_si
 __device__ inline void LocateSlotJob(const Grid& grid, const int32_t* group_sizes, int64_t cta,
                               TileJob& job) {
   const GroupedShape& s = grid.shape;
-  job.has_tile = false;
-  job.tail_begin = job.tail_end = 0;
+  ClearJob(job);
   if (cta < grid.data_tiles) {
-    const int64_t per_slot = CeilDiv(s.rows, kTileRows) * CeilDiv(s.cols, grid.tile_cols);
-    SetTile(job, mxfp8::SlotRegion(s, group_sizes, cta / per_slot), cta % per_slot,
-            grid.tile_cols);
+    const int64_t per_slot = CeilDiv(s.rows, kTileRows) * CeilDivFast(s.cols, grid.tile_cols);
+    const int64_t slot = DivFast(cta, per_slot);
+    SetTile(job, mxfp8::SlotRegion(s, group_sizes, slot), cta - slot * per_slot, grid.tile_cols);
     return;
   }
   const int64_t slot_bytes = mxfp8::GroupScaleBytes(s.rows, s.cols);
@@ -163,15 +220,22 @@ __device__ inline void LocateSlotJob(const Grid& grid, const int32_t* group_size
   job.tail_end = MinI64(slot_end, job.tail_begin + kTailChunkBytes);
 }
 
-__device__ inline void LocateJob(const Grid& grid, const int32_t* group_sizes, TileJob& job) {
-  const int64_t cta = blockIdx.x;
+// Fills jobs[k] with this CTA's job first + k for k < the count returned (0: no jobs left);
+// all threads must call (barriers).
+__device__ inline int LocateJobs(const Grid& grid, const int32_t* group_sizes, int64_t first,
+                                 TileJob* jobs) {
+  const int count = JobCount(grid, first);
+  if (count == 0) return 0;
   if (grid.shape.layout == GroupedLayout::kVaryingFirst ||
       grid.shape.layout == GroupedLayout::kVaryingLast) {
-    LocateRaggedJob(grid, group_sizes, cta, job);
-    return;
+    LocateRaggedJobs(grid, group_sizes, first, count, jobs);
+    return count;
   }
-  if (threadIdx.x == 0) LocateSlotJob(grid, group_sizes, cta, job);
+  if (threadIdx.x < count) {
+    LocateSlotJob(grid, group_sizes, JobIndex(grid, first, threadIdx.x), jobs[threadIdx.x]);
+  }
   __syncthreads();
+  return count;
 }
 
 __device__ inline void ZeroScaleBytes(uint8_t* scales, int64_t begin, int64_t end, bool aligned) {
@@ -212,57 +276,54 @@ __device__ inline void ZeroOwnedScalePadding(const Region& r, int64_t row_tile, 
   }
 }
 
-// --- 16-byte strips of input elements ------------------------------------------------------
+// --- 8-byte strips of elements -----------------------------------------------------------------
 
-__device__ inline uint32_t Word(const uint4& v, int w) {
-  return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
-}
-__device__ inline void SetWordBits(uint4& v, int w, uint32_t bits) {
-  if (w == 0) v.x |= bits; else if (w == 1) v.y |= bits; else if (w == 2) v.z |= bits; else v.w |= bits;
+// Rows of a 32-row tile that lie below `remaining` rows of the region (clamped to [0, 32]).
+__device__ inline int TileRowsBelow(int64_t remaining) {
+  return remaining <= 0 ? 0 : remaining >= kTileRows ? kTileRows : static_cast<int>(remaining);
 }
 
 template <typename T>
 struct Strip {
-  static constexpr int kCount = 16 / sizeof(T);
+  static constexpr int kCount = kStripBytes / sizeof(T);
   static constexpr int kBits = 8 * sizeof(T);
-  static __device__ uint32_t Bits(const uint4& v, int k) {
-    if constexpr (kBits == 32) return Word(v, k);
-    return (Word(v, k / 2) >> (16 * (k % 2))) & 0xFFFFu;
+  static __device__ uint32_t Bits(const uint2& v, int k) {
+    if constexpr (kBits == 32) return k == 0 ? v.x : v.y;
+    return ((k < 2 ? v.x : v.y) >> (16 * (k % 2))) & 0xFFFFu;
   }
-  static __device__ float Get(const uint4& v, int k) {
+  static __device__ float Get(const uint2& v, int k) {
     const uint32_t bits = Bits(v, k);
     if constexpr (std::is_same_v<T, float>) return __uint_as_float(bits);
     if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(bits << 16);
     return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
   }
-  // The first `count` elements at `p` (the rest 0): one 16-byte load when whole and aligned.
-  static __device__ uint4 Load(const T* p, int64_t count, bool vector) {
-    if (count >= kCount && vector) return __ldg(reinterpret_cast<const uint4*>(p));
-    uint4 v = make_uint4(0, 0, 0, 0);
+  // The first `count` elements at `p` (the rest 0), element by element: ragged edges and
+  // unaligned pointers (whole aligned strips take one 8-byte load instead).
+  static __device__ uint2 LoadPartial(const T* p, int64_t count) {
+    uint32_t w[2] = {0, 0};
 #pragma unroll
     for (int k = 0; k < kCount; ++k) {
       if (k < count) {
-        uint32_t bits;
         if constexpr (kBits == 32) {
-          bits = __ldg(reinterpret_cast<const uint32_t*>(p) + k);
+          w[k] = __ldg(reinterpret_cast<const uint32_t*>(p) + k);
         } else {
-          bits = __ldg(reinterpret_cast<const unsigned short*>(p) + k);
+          w[k / 2] |= static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(p) + k))
+                      << (16 * (k % 2));
         }
-        SetWordBits(v, (k * kBits) / 32, bits << ((k * kBits) % 32));
       }
     }
-    return v;
+    return make_uint2(w[0], w[1]);
   }
 };
 
-// Stores n <= 8 fp8 bytes (packed little-endian in `bytes`) at p: one store when whole/aligned.
+// Stores n <= 4 fp8 bytes (packed little-endian in `bytes`) at p: one store when whole/aligned.
 template <int kCount>
-__device__ inline void StoreBytes(uint8_t* p, uint64_t bytes, int64_t count, bool vector) {
+__device__ inline void StoreBytes(uint8_t* p, uint32_t bytes, int64_t count, bool vector) {
   if (count >= kCount && vector) {
-    if constexpr (kCount == 8) {
-      *reinterpret_cast<uint2*>(p) = make_uint2(static_cast<uint32_t>(bytes), static_cast<uint32_t>(bytes >> 32));
+    if constexpr (kCount == 4) {
+      *reinterpret_cast<uint32_t*>(p) = bytes;
     } else {
-      *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(bytes);
+      *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(bytes);
     }
     return;
   }
@@ -280,185 +341,316 @@ __device__ inline float MaxNormRcp() {
 }
 
 // TE's float_to_e8m0(amax * fl32(1/max_norm)) with the FPU: the GPU multiplies denormals
-// exactly (no ftz), so this equals mxfp8::ScaleExponent's integer rounding.
+// exactly (no ftz), so this equals mxfp8::ScaleExponent's integer rounding. amax is never NaN
+// here (maxima start at 0 and ignore NaN), so s is finite or +Inf, and the rounding up to a power
+// of two is one add: a non-zero mantissa carries into the exponent; the clamp keeps exponent
+// 0xFE and Inf at 0xFE (TE never rounds up to 0xFF), and fp32-denormal s <= 2^-127 gives 0.
 template <Fp8Format kFormat>
 __device__ inline uint8_t ScaleExponentOf(float amax) {
-  const uint32_t s = __float_as_uint(__fmul_rn(amax, MaxNormRcp<kFormat>())) & 0x7FFFFFFFu;
-  if (s > 0x7F800000u) return mxfp8::kScaleNaN;
-  if (s == 0x7F800000u) return mxfp8::kScaleInf;
-  uint32_t exponent = s >> 23;
-  const uint32_t mantissa = s & 0x7FFFFFu;
-  if (mantissa > 0 && exponent != 0xFE && !(exponent == 0 && mantissa <= 0x400000u)) ++exponent;
-  return static_cast<uint8_t>(exponent);
+  const uint32_t s = __float_as_uint(__fmul_rn(amax, MaxNormRcp<kFormat>()));
+  const uint32_t e = (s + 0x7FFFFFu) >> 23;
+  return s <= 0x400000u ? 0 : static_cast<uint8_t>(e < 0xFEu ? e : 0xFEu);
 }
 
-// Two elements scaled by their blocks' factors, as two fp8 bytes (first in the low byte).
+// The library's fp8 NaN is 0x7F whatever the sign or payload (the CPU path writes the same).
+// satfinite turns every finite or infinite input into a finite byte and a NaN into a NaN byte,
+// so fixing the NaN bytes of 4 packed results at once replaces a test per element: a byte is
+// NaN when its low 7 bits exceed the largest finite (0x7E e4m3, 0x7B e5m2), i.e. when adding
+// 0x01 (0x04) carries into bit 7; such bytes become 0x7F.
 template <Fp8Format kFormat>
-__device__ inline uint32_t QuantizePair(float a, float b, float factor_a, float factor_b) {
+__device__ inline uint32_t CanonicalNaNBytes(uint32_t bytes) {
+  constexpr uint32_t kCarry = kFormat == Fp8Format::kE4M3 ? 0x01010101u : 0x04040404u;
+  const uint32_t nan = ((bytes & 0x7F7F7F7Fu) + kCarry) & 0x80808080u;  // bit 7 of NaN bytes
+  return (bytes & ~nan) | (nan - (nan >> 7));                          // 0x7F in NaN bytes
+}
+
+// Elementwise max(a, |b|) of two packed pairs of 16-bit elements (a >= 0), a NaN ignored as
+// fmaxf ignores it (max.bf16x2 / max.f16x2 return the other operand; two NaNs give NaN):
+// maxima without unpacking the elements.
+template <typename T>
+__device__ inline uint32_t AbsMaxPair(uint32_t a, uint32_t b) {
+  using Pair = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
+  const Pair m =
+      __hmax2(*reinterpret_cast<const Pair*>(&a), __habs2(*reinterpret_cast<const Pair*>(&b)));
+  return *reinterpret_cast<const uint32_t*>(&m);
+}
+
+// The strip's elements scaled by their blocks' factors, as packed fp8 bytes (element k in
+// byte k).
+template <typename In, Fp8Format kFormat>
+__device__ inline uint32_t QuantizeStrip(const uint2& v, const float* factor) {
+  using S = Strip<In>;
   constexpr __nv_fp8_interpretation_t kKind = kFormat == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
-  uint32_t pair = __nv_cvt_float2_to_fp8x2(
-      make_float2(__fmul_rn(a, factor_a), __fmul_rn(b, factor_b)), __NV_SATFINITE, kKind);
-  // The library's NaN is 0x7F whatever the sign or payload (the CPU path writes the same).
-  if (isnan(a)) pair = (pair & 0xFF00u) | 0x7Fu;
-  if (isnan(b)) pair = (pair & 0x00FFu) | 0x7F00u;
-  return pair;
+  uint32_t bytes = 0;
+#pragma unroll
+  for (int k = 0; k < S::kCount; k += 2) {
+    const uint32_t pair = __nv_cvt_float2_to_fp8x2(
+        make_float2(__fmul_rn(S::Get(v, k), factor[k]), __fmul_rn(S::Get(v, k + 1), factor[k + 1])),
+        __NV_SATFINITE, kKind);
+    bytes |= pair << (8 * k);
+  }
+  return CanonicalNaNBytes<kFormat>(bytes);
 }
 
 // --- quantize ---------------------------------------------------------------------------------
 
-// Rows are streamed in batches of 8 (8 x 16-byte loads in flight per thread, 32 registers):
-// pass 1 does the rowwise work and folds every row into the column maxima; pass 2 (colwise
-// only) reads the tile again, now from L1/L2, and converts with the column scales. Holding all
-// 32 rows in registers instead needs 255 registers and spills.
-constexpr int kRowsInFlight = 8;
+// Where one thread's strip of a tile lives. kFull (whole tile inside the region's data and
+// capacity, vector access): the compiler drops every per-row bound and scalar path, which
+// otherwise cost more instructions than the conversion itself; the choice is per CTA, so that
+// shuffles stay in one code path per warp.
+struct StripSpan {
+  int64_t stride;     // elements between rows
+  int64_t base;       // element offset of the strip's first element
+  int64_t col0;       // region-relative column of the strip
+  int64_t data_cols;  // strip columns (from col0) holding group data, and inside the capacity
+  int64_t cap_cols;
+  int data_rows;      // tile rows holding group data (the rest read as 0) / inside the capacity
+  int cap_rows;
+  bool vector;        // whole-strip accesses are aligned
+};
 
-template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
-__device__ void QuantizeTile(const Grid& grid, const mxfp8::QuantizeOperands& o, bool swizzled,
-                             const TileJob& job) {
+template <int kVec>
+__device__ inline StripSpan MakeStripSpan(const Grid& grid, const TileJob& job) {
+  const Region& r = job.region;
+  StripSpan t;
+  t.stride = grid.shape.cols;
+  const int64_t row0 = job.row_tile * kTileRows;
+  t.col0 = job.col_tile * grid.tile_cols + threadIdx.x * kVec;
+  t.base = r.elem_offset + row0 * t.stride + t.col0;
+  t.data_cols = r.cols - t.col0;
+  t.cap_cols = r.cap_cols - t.col0;
+  t.data_rows = t.data_cols > 0 ? TileRowsBelow(r.rows - row0) : 0;
+  t.cap_rows = t.cap_cols > 0 ? TileRowsBelow(r.cap_rows - row0) : 0;
+  t.vector = grid.aligned && r.elem_offset % kVec == 0 && t.stride % kVec == 0;
+  return t;
+}
+
+// The same for every thread of the CTA: the whole tile holds data and is written with vectors.
+__device__ inline bool FullTile(const Grid& grid, const TileJob& job) {
+  const Region& r = job.region;
+  const int64_t row_end = (job.row_tile + 1) * kTileRows;
+  const int64_t col_end = (job.col_tile + 1) * grid.tile_cols;
+  return grid.aligned && r.elem_offset % 4 == 0 && grid.shape.cols % 4 == 0 &&
+         row_end <= r.rows && row_end <= r.cap_rows && col_end <= r.cols && col_end <= r.cap_cols;
+}
+
+// Amax of rows 0 and 1 of two packed 16-bit strips over their 32-element blocks (the lanes of a
+// block exchange by xor-shuffle): both rows travel in one packed word, halving the shuffles.
+template <typename In, int kLanesPerBlock>
+__device__ inline void PairRowAmax(const uint2& a, const uint2& b, float (&amax)[2]) {
+  using S = Strip<In>;
+  const uint32_t ma = AbsMaxPair<In>(AbsMaxPair<In>(0, a.x), a.y);
+  const uint32_t mb = AbsMaxPair<In>(AbsMaxPair<In>(0, b.x), b.y);
+  // (row a, row b) of the even and of the odd columns
+  uint32_t m = AbsMaxPair<In>((ma & 0xFFFFu) | (mb << 16), (ma >> 16) | (mb & 0xFFFF0000u));
+#pragma unroll
+  for (int d = 1; d < kLanesPerBlock; d <<= 1) {
+    m = AbsMaxPair<In>(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+  }
+  amax[0] = S::Get(make_uint2(m, 0), 0);
+  amax[1] = S::Get(make_uint2(m, 0), 1);
+}
+
+// All 32 rows of a thread's strip are loaded before any is used: the loads of the whole tile
+// are in flight at once and both orientations convert from the same registers.
+template <typename In, bool kRow, bool kCol, Fp8Format kFormat, bool kFull>
+__device__ void QuantizeStrips(const mxfp8::QuantizeOperands& o, bool swizzled,
+                               const TileJob& job, const StripSpan& t, uint32_t* stash) {
   using S = Strip<In>;
   constexpr int kVec = S::kCount;
   constexpr int kLanesPerBlock = kBlockSize / kVec;
   const Region& r = job.region;
-  const int64_t stride = grid.shape.cols;
-  const int64_t row0 = job.row_tile * kTileRows;
-  const int64_t col0 = job.col_tile * grid.tile_cols + threadIdx.x * kVec;  // region-relative
-  const int64_t data_cols = r.cols - col0, cap_cols = r.cap_cols - col0;
-  const bool vector = grid.aligned && r.elem_offset % kVec == 0 && stride % kVec == 0;
-  const int64_t base = r.elem_offset + row0 * stride + col0;
+  const int data_rows = kFull ? kTileRows : t.data_rows;
+  const int cap_rows = kFull ? kTileRows : t.cap_rows;
+  const bool vector = kFull || t.vector;
+  const int64_t stride = t.stride;
   // Distinct buffers (XLA never aliases an operand with a result here): lets the compiler
-  // batch the loads of several rows ahead of the stores.
-  const In* __restrict__ x = static_cast<const In*>(o.x) + base;
-  uint8_t* __restrict__ row_data = o.row_data;
-  uint8_t* __restrict__ col_data = o.col_data;
-  // Rows outside the group (and columns, via data_cols) read as 0: they quantize to 0 and
-  // cannot raise a block's amax.
-  auto load_row = [&](int i) {
-    return (row0 + i < r.rows && data_cols > 0) ? S::Load(x + i * stride, data_cols, vector)
-                                                 : make_uint4(0, 0, 0, 0);
-  };
-  const bool store_data = cap_cols > 0;
+  // keep all loads ahead of the stores.
+  const In* __restrict__ x = static_cast<const In*>(o.x) + t.base;
 
-  float col_max[kVec];
+  uint2 v[kTileRows];
+  if (kFull || (vector && t.data_cols >= kVec)) {
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) col_max[k] = 0.0f;
-  const ScaleMatrix row_m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
-  const bool writes_row_scale = threadIdx.x % kLanesPerBlock == 0 && data_cols > 0;
-
-  #pragma unroll 1  // one batch of loads in flight at a time: bounded registers
-
-  for (int i0 = 0; i0 < kTileRows; i0 += kRowsInFlight) {
-    uint4 rows[kRowsInFlight];  // all loads of a batch issue before any use
+    for (int i = 0; i < kTileRows; ++i) {
+      v[i] = i < data_rows ? __ldg(reinterpret_cast<const uint2*>(x + i * stride))
+                           : make_uint2(0, 0);
+    }
+  } else {
 #pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) rows[u] = load_row(i0 + u);
-#pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) {
-      const int i = i0 + u;
-      const uint4& v = rows[u];
-      if constexpr (kCol) {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) col_max[k] = fmaxf(col_max[k], fabsf(S::Get(v, k)));
-      }
-      if constexpr (kRow) {
-        float amax = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) amax = fmaxf(amax, fabsf(S::Get(v, k)));
-#pragma unroll
-        for (int d = 1; d < kLanesPerBlock; d <<= 1) {
-          amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
-        }
-        const uint8_t e = ScaleExponentOf<kFormat>(amax);
-        if (writes_row_scale && row0 + i < r.rows) {
-          o.row_scales[r.scale_offset +
-                       mxfp8::ScaleIndex(row_m, false, swizzled, row0 + i, col0 / kBlockSize)] = e;
-        }
-        if (store_data && row0 + i < r.cap_rows) {
-          const float factor = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
-          uint64_t bytes = 0;
-#pragma unroll
-          for (int k = 0; k < kVec; k += 2) {
-            bytes |= static_cast<uint64_t>(QuantizePair<kFormat>(S::Get(v, k), S::Get(v, k + 1),
-                                                                 factor, factor))
-                     << (8 * k);
-          }
-          StoreBytes<kVec>(row_data + base + i * stride, bytes, cap_cols, vector);
-        }
-      }
+    for (int i = 0; i < kTileRows; ++i) {
+      v[i] = i < data_rows ? S::LoadPartial(x + i * stride, t.data_cols) : make_uint2(0, 0);
     }
   }
 
+  // Colwise scales first (packed maxima over the registers), then the rowwise pass, then the
+  // colwise conversions.
+  float col_factor[kVec];
   if constexpr (kCol) {
+    float col_max[kVec];
+    if constexpr (S::kBits == 16) {
+      uint32_t acc[2] = {0, 0};  // packed |x| maxima of columns (0, 1) and (2, 3)
+#pragma unroll
+      for (int i = 0; i < kTileRows; ++i) {
+        acc[0] = AbsMaxPair<In>(acc[0], v[i].x);
+        acc[1] = AbsMaxPair<In>(acc[1], v[i].y);
+      }
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) col_max[k] = S::Get(make_uint2(acc[0], acc[1]), k);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) col_max[k] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kTileRows; ++i) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) col_max[k] = fmaxf(col_max[k], fabsf(S::Get(v[i], k)));
+      }
+    }
     const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/true);
-    float factor[kVec];
-    uint64_t scale_bytes = 0;
+    uint32_t scale_bytes = 0;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const uint8_t e = ScaleExponentOf<kFormat>(col_max[k]);
-      scale_bytes |= static_cast<uint64_t>(e) << (8 * k);
-      factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
+      scale_bytes |= static_cast<uint32_t>(e) << (8 * k);
+      col_factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
     }
-    if (row0 < r.rows && data_cols > 0) {
+    if (data_rows > 0) {
       // Compact scales of kVec neighbouring columns are contiguous and aligned (offsets are
       // multiples of 512, rows of 128): one store; swizzled ones are 16 bytes apart.
       if (!swizzled) {
         StoreBytes<kVec>(
-            o.col_scales + r.scale_offset + mxfp8::ScaleIndex(m, true, false, job.row_tile, col0),
-            scale_bytes, data_cols, grid.aligned);
+            o.col_scales + r.scale_offset + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0),
+            scale_bytes, t.data_cols, vector);
       } else {
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
-          if (k < data_cols) {
+          if (k < t.data_cols) {
             o.col_scales[r.scale_offset +
-                         mxfp8::ScaleIndex(m, true, true, job.row_tile, col0 + k)] =
+                         mxfp8::ScaleIndex(m, true, true, job.row_tile, t.col0 + k)] =
                 static_cast<uint8_t>(scale_bytes >> (8 * k));
           }
         }
       }
     }
-    if (store_data) {
-      #pragma unroll 1  // one batch of loads in flight at a time: bounded registers
-      for (int i0 = 0; i0 < kTileRows; i0 += kRowsInFlight) {
-        uint4 rows[kRowsInFlight];
+  }
+
+  // "Both": the tile goes to shared memory and each pass reads its rows back from there (a
+  // thread reads only its own words: no barrier), so the registers of the loads die here. Held
+  // in registers, ptxas interleaves the two passes and needs 254 registers (or spills).
+  constexpr bool kStash = kRow && kCol;
+  if constexpr (kStash) {
 #pragma unroll
-        for (int u = 0; u < kRowsInFlight; ++u) rows[u] = load_row(i0 + u);
+    for (int i = 0; i < kTileRows; ++i) {
+      volatile uint32_t* p = stash + 2 * i * kMaxThreads + threadIdx.x;
+      p[0] = v[i].x;
+      p[kMaxThreads] = v[i].y;
+    }
+  }
+  auto row_bits = [&](int i) -> uint2 {
+    if constexpr (kStash) {
+      const volatile uint32_t* p = stash + 2 * i * kMaxThreads + threadIdx.x;
+      return make_uint2(p[0], p[kMaxThreads]);
+    } else {
+      return v[i];
+    }
+  };
+
+  // Rowwise scale (row0 + i, block): rows are padded_cols bytes apart compact, 16 bytes apart
+  // swizzled (the 32 rows of a tile share their 128x4 tile and its row group).
+  uint8_t* __restrict__ row_scale = nullptr;
+  int64_t row_scale_step = 0;
+  if constexpr (kRow) {
+    const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
+    row_scale = o.row_scales + r.scale_offset +
+                mxfp8::ScaleIndex(m, false, swizzled, job.row_tile * kTileRows,
+                                  t.col0 / kBlockSize);
+    row_scale_step = swizzled ? 16 : m.padded_cols;
+  }
+  if constexpr (kRow) {
+    const bool writes_scale = threadIdx.x % kLanesPerBlock == 0 && (kFull || t.data_cols > 0);
+    uint8_t* __restrict__ out = o.row_data + t.base;
 #pragma unroll
-        for (int u = 0; u < kRowsInFlight; ++u) {
-          if (row0 + i0 + u >= r.cap_rows) continue;
-          uint64_t bytes = 0;
+    for (int i = 0; i < kTileRows; i += 2) {
+      // All lanes shuffle (full-warp shuffles), whatever their rows and columns.
+      const uint2 rows[2] = {row_bits(i), row_bits(i + 1)};
+      float amax[2];
+      if constexpr (S::kBits == 16) {
+        PairRowAmax<In, kLanesPerBlock>(rows[0], rows[1], amax);
+      } else {
 #pragma unroll
-          for (int k = 0; k < kVec; k += 2) {
-            bytes |= static_cast<uint64_t>(QuantizePair<kFormat>(S::Get(rows[u], k),
-                                                                 S::Get(rows[u], k + 1), factor[k],
-                                                                 factor[k + 1]))
-                     << (8 * k);
+        for (int u = 0; u < 2; ++u) {
+          amax[u] = fmaxf(fmaxf(0.0f, fabsf(S::Get(rows[u], 0))), fabsf(S::Get(rows[u], 1)));
+#pragma unroll
+          for (int d = 1; d < kLanesPerBlock; d <<= 1) {
+            amax[u] = fmaxf(amax[u], __shfl_xor_sync(0xFFFFFFFFu, amax[u], d));
           }
-          StoreBytes<kVec>(col_data + base + (i0 + u) * stride, bytes, cap_cols, vector);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int row = i + u;
+        const uint8_t e = ScaleExponentOf<kFormat>(amax[u]);
+        if (writes_scale && row < data_rows) row_scale[row * row_scale_step] = e;
+        if (row < cap_rows) {
+          float factor[kVec];
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
+          StoreBytes<kVec>(out + row * stride, QuantizeStrip<In, kFormat>(rows[u], factor),
+                           kFull ? kVec : t.cap_cols, vector);
         }
       }
     }
   }
+  if constexpr (kCol) {
+    uint8_t* __restrict__ out = o.col_data + t.base;
+#pragma unroll
+    for (int i = 0; i < kTileRows; ++i) {
+      if (i < cap_rows) {
+        StoreBytes<kVec>(out + i * stride, QuantizeStrip<In, kFormat>(row_bits(i), col_factor),
+                         kFull ? kVec : t.cap_cols, vector);
+      }
+    }
+  }
+}
 
+template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
+__device__ void QuantizeTile(const Grid& grid, const mxfp8::QuantizeOperands& o, bool swizzled,
+                             const TileJob& job) {
+  // "Both": the tile's rows, word w of row i of thread t at [(2 * i + w) * kMaxThreads + t].
+  __shared__ uint32_t stash[kRow && kCol ? 2 * kTileRows * kMaxThreads : 1];
+  const StripSpan t = MakeStripSpan<Strip<In>::kCount>(grid, job);
+  if (FullTile(grid, job)) {
+    QuantizeStrips<In, kRow, kCol, kFormat, true>(o, swizzled, job, t, stash);
+  } else {
+    QuantizeStrips<In, kRow, kCol, kFormat, false>(o, swizzled, job, t, stash);
+  }
   if constexpr (kRow) {
-    ZeroOwnedScalePadding(r, job.row_tile, job.col_tile, grid.tile_cols, false, swizzled,
+    ZeroOwnedScalePadding(job.region, job.row_tile, job.col_tile, grid.tile_cols, false, swizzled,
                           o.row_scales);
   }
   if constexpr (kCol) {
-    ZeroOwnedScalePadding(r, job.row_tile, job.col_tile, grid.tile_cols, true, swizzled,
+    ZeroOwnedScalePadding(job.region, job.row_tile, job.col_tile, grid.tile_cols, true, swizzled,
                           o.col_scales);
   }
 }
 
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(kMaxThreads, kRow && kCol ? kMinCtasPerSmBoth : kMinCtasPerSm)
     QuantizeKernel(Grid grid, mxfp8::QuantizeOperands o, bool swizzled) {
-  __shared__ TileJob shared_job;
-  LocateJob(grid, o.group_sizes, shared_job);
-  const TileJob job = shared_job;
-  if (job.has_tile) {
-    QuantizeTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
-    return;
+  __shared__ TileJob jobs[kJobsPerLocate];
+  for (int64_t first = 0;; first += kJobsPerLocate) {
+    const int count = LocateJobs(grid, o.group_sizes, first, jobs);
+    if (count == 0) return;
+    for (int k = 0; k < count; ++k) {
+      const TileJob job = jobs[k];
+      if (job.has_tile) {
+        QuantizeTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
+      } else {
+        ZeroScaleBytes(o.row_scales, job.tail_begin, job.tail_end, grid.aligned);
+        ZeroScaleBytes(o.col_scales, job.tail_begin, job.tail_end, grid.aligned);
+      }
+    }
+    __syncthreads();  // every thread is done with jobs[] before the next locate rewrites it
   }
-  ZeroScaleBytes(o.row_scales, job.tail_begin, job.tail_end, grid.aligned);
-  ZeroScaleBytes(o.col_scales, job.tail_begin, job.tail_end, grid.aligned);
 }
 
 // --- dequantize -------------------------------------------------------------------------------
@@ -481,103 +673,103 @@ __device__ inline float2 Fp8PairToFloat2(uint32_t pair) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
-template <typename Out, Fp8Format kFormat>
-__device__ void DequantizeTile(const Grid& grid, const mxfp8::DequantizeOperands& o, bool colwise,
-                               bool swizzled, const TileJob& job) {
-  constexpr int kVec = 16 / sizeof(Out);  // one 16-byte store per row
-  constexpr int kWords = 16 / 4;
+// Each thread converts kDequantVec fp8 bytes of all 32 rows; the loads of the tile (data and
+// rowwise scales) are all issued before the first conversion.
+template <typename Out, Fp8Format kFormat, bool kFull>
+__device__ void DequantizeStrips(const mxfp8::DequantizeOperands& o, bool colwise, bool swizzled,
+                                 const TileJob& job, const StripSpan& t) {
+  constexpr int kVec = kDequantVec;
+  constexpr int kWords = kVec * sizeof(Out) / 4;  // of one row's output
   const Region& r = job.region;
-  const int64_t stride = grid.shape.cols;
-  const int64_t row0 = job.row_tile * kTileRows;
-  const int64_t col0 = job.col_tile * grid.tile_cols + threadIdx.x * kVec;
-  const int64_t data_cols = r.cols - col0, cap_cols = r.cap_cols - col0;
-  if (cap_cols <= 0) return;
-  const bool vector = grid.aligned && r.elem_offset % kVec == 0 && stride % kVec == 0;
-  const int64_t base = r.elem_offset + row0 * stride + col0;
+  const int data_rows = kFull ? kTileRows : t.data_rows;
+  const int cap_rows = kFull ? kTileRows : t.cap_rows;
+  const int64_t data_cols = kFull ? kVec : t.data_cols;
+  const int64_t cap_cols = kFull ? kVec : t.cap_cols;
+  const bool vector = kFull || t.vector;
+  const int64_t stride = t.stride;
   const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, colwise);
+  // Distinct buffers (XLA never aliases an operand with a result here): lets the compiler
+  // keep all loads ahead of the stores.
+  const uint8_t* __restrict__ data = o.data + t.base;
+  Out* __restrict__ out = static_cast<Out*>(o.out) + t.base;
 
   float col_scale[kVec];  // the colwise scales of this thread's columns (one block row)
 #pragma unroll
   for (int k = 0; k < kVec; ++k) col_scale[k] = 1.0f;
-  if (colwise) {
+  if (colwise && data_rows > 0) {
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      const bool real = row0 < r.rows && k < data_cols;
-      const uint8_t e = real ? o.scales[r.scale_offset +
-                                        mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, col0 + k)]
-                             : 0;
+      const uint8_t e = k < data_cols ? __ldg(o.scales + r.scale_offset +
+                                              mxfp8::ScaleIndex(m, true, swizzled, job.row_tile,
+                                                                t.col0 + k))
+                                      : 0;
       col_scale[k] = __uint_as_float(mxfp8::ScaleBits(e));
     }
   }
-  // Distinct buffers (XLA never aliases an operand with a result here): lets the compiler
-  // batch the loads of several rows ahead of the stores.
-  const uint8_t* __restrict__ data = o.data;
-  Out* __restrict__ out = static_cast<Out*>(o.out);
-  // The first `count` fp8 bytes of row i (the rest 0), and its rowwise scale factor.
-  auto load_row = [&](int i, uint64_t& q, float& row_scale) {
-    q = 0;
-    row_scale = 1.0f;
-    if (!(row0 + i < r.rows && data_cols > 0)) return;
-    const uint8_t* p = data + base + i * stride;
-    if (data_cols >= kVec && vector) {
-      if constexpr (kVec == 8) {
-        const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-        q = static_cast<uint64_t>(v.y) << 32 | v.x;
+  // Rowwise scale (row0 + i, block): rows padded_cols bytes apart compact, 16 swizzled.
+  const uint8_t* __restrict__ row_scale_p =
+      o.scales + r.scale_offset +
+      mxfp8::ScaleIndex(m, false, swizzled, job.row_tile * kTileRows, t.col0 / kBlockSize);
+  const int64_t row_scale_step = swizzled ? 16 : m.padded_cols;
+
+  uint32_t q[kTileRows];         // the fp8 bytes of each row (0 outside the group)
+  uint8_t row_scale[kTileRows];  // rowwise only
+#pragma unroll
+  for (int i = 0; i < kTileRows; ++i) {
+    q[i] = 0;
+    row_scale[i] = 0;
+    if (i < data_rows) {
+      const uint8_t* p = data + i * stride;
+      if (data_cols >= kVec && vector) {
+        q[i] = __ldg(reinterpret_cast<const uint32_t*>(p));
       } else {
-        q = __ldg(reinterpret_cast<const uint32_t*>(p));
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          if (k < data_cols) q[i] |= static_cast<uint32_t>(__ldg(p + k)) << (8 * k);
+        }
+      }
+      if (!colwise) row_scale[i] = __ldg(row_scale_p + i * row_scale_step);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kTileRows; ++i) {
+    if (i >= cap_rows) continue;
+    const bool real_row = i < data_rows;
+    const float s_row = __uint_as_float(mxfp8::ScaleBits(row_scale[i]));
+    uint32_t words[kWords];
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) words[w] = 0;
+#pragma unroll
+    for (int k = 0; k < kVec; k += 2) {
+      const float2 v = Fp8PairToFloat2<kFormat>((q[i] >> (8 * k)) & 0xFFFFu);
+      const float s0 = colwise ? col_scale[k] : s_row;
+      const float s1 = colwise ? col_scale[k + 1] : s_row;
+      const bool in0 = real_row && k < data_cols, in1 = real_row && k + 1 < data_cols;
+      const uint32_t b0 = in0 ? OutBits<Out>(__fmul_rn(v.x, s0)) : 0u;
+      const uint32_t b1 = in1 ? OutBits<Out>(__fmul_rn(v.y, s1)) : 0u;
+      if constexpr (sizeof(Out) == 4) {
+        words[k] = b0;
+        words[k + 1] = b1;
+      } else {
+        words[k / 2] = b0 | (b1 << 16);
+      }
+    }
+    Out* row_out = out + i * stride;
+    if (cap_cols >= kVec && vector) {
+      if constexpr (kWords == 4) {
+        *reinterpret_cast<uint4*>(row_out) = make_uint4(words[0], words[1], words[2], words[3]);
+      } else {
+        *reinterpret_cast<uint2*>(row_out) = make_uint2(words[0], words[1]);
       }
     } else {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        if (k < data_cols) q |= static_cast<uint64_t>(__ldg(p + k)) << (8 * k);
-      }
-    }
-    if (!colwise) {
-      row_scale = __uint_as_float(mxfp8::ScaleBits(__ldg(
-          o.scales + r.scale_offset +
-          mxfp8::ScaleIndex(m, false, swizzled, row0 + i, col0 / kBlockSize))));
-    }
-  };
-  #pragma unroll 1  // one batch of loads in flight at a time: bounded registers
-  for (int i0 = 0; i0 < kTileRows; i0 += kRowsInFlight) {
-    uint64_t q[kRowsInFlight];  // all loads of a batch issue before any use
-    float row_scale[kRowsInFlight];
-#pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) load_row(i0 + u, q[u], row_scale[u]);
-#pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) {
-      const int i = i0 + u;
-      if (row0 + i >= r.cap_rows) continue;
-      const bool real_row = row0 + i < r.rows && data_cols > 0;
-      uint32_t words[kWords] = {0, 0, 0, 0};
-#pragma unroll
-      for (int k = 0; k < kVec; k += 2) {
-        const float2 v = Fp8PairToFloat2<kFormat>(static_cast<uint32_t>(q[u] >> (8 * k)) & 0xFFFFu);
-        const float s0 = colwise ? col_scale[k] : row_scale[u];
-        const float s1 = colwise ? col_scale[k + 1] : row_scale[u];
-        const bool in0 = real_row && k < data_cols, in1 = real_row && k + 1 < data_cols;
-        const uint32_t b0 = in0 ? OutBits<Out>(__fmul_rn(v.x, s0)) : 0u;
-        const uint32_t b1 = in1 ? OutBits<Out>(__fmul_rn(v.y, s1)) : 0u;
-        if constexpr (sizeof(Out) == 4) {
-          words[k] = b0;
-          words[k + 1] = b1;
-        } else {
-          words[k / 2] = b0 | (b1 << 16);
-        }
-      }
-      Out* row_out = out + base + i * stride;
-      if (cap_cols >= kVec && vector) {
-        *reinterpret_cast<uint4*>(row_out) = make_uint4(words[0], words[1], words[2], words[3]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          if (k < cap_cols) {
-            if constexpr (sizeof(Out) == 4) {
-              reinterpret_cast<uint32_t*>(row_out)[k] = words[k];
-            } else {
-              reinterpret_cast<unsigned short*>(row_out)[k] =
-                  static_cast<unsigned short>(words[k / 2] >> (16 * (k % 2)));
-            }
+        if (k < cap_cols) {
+          if constexpr (sizeof(Out) == 4) {
+            reinterpret_cast<uint32_t*>(row_out)[k] = words[k];
+          } else {
+            reinterpret_cast<unsigned short*>(row_out)[k] =
+                static_cast<unsigned short>(words[k / 2] >> (16 * (k % 2)));
           }
         }
       }
@@ -586,27 +778,61 @@ __device__ void DequantizeTile(const Grid& grid, const mxfp8::DequantizeOperands
 }
 
 template <typename Out, Fp8Format kFormat>
-__global__ void __launch_bounds__(kMaxThreads)
+__device__ void DequantizeTile(const Grid& grid, const mxfp8::DequantizeOperands& o, bool colwise,
+                               bool swizzled, const TileJob& job) {
+  const StripSpan t = MakeStripSpan<kDequantVec>(grid, job);
+  if (t.cap_cols <= 0) return;
+  if (FullTile(grid, job)) {
+    DequantizeStrips<Out, kFormat, true>(o, colwise, swizzled, job, t);
+  } else {
+    DequantizeStrips<Out, kFormat, false>(o, colwise, swizzled, job, t);
+  }
+}
+
+template <typename Out, Fp8Format kFormat>
+__global__ void __launch_bounds__(kMaxThreads, kMinCtasPerSm)
     DequantizeKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
-  __shared__ TileJob shared_job;
-  LocateJob(grid, o.group_sizes, shared_job);
-  const TileJob job = shared_job;
-  if (job.has_tile) DequantizeTile<Out, kFormat>(grid, o, colwise, swizzled, job);
+  __shared__ TileJob jobs[kJobsPerLocate];
+  for (int64_t first = 0;; first += kJobsPerLocate) {
+    const int count = LocateJobs(grid, o.group_sizes, first, jobs);
+    if (count == 0) return;
+    for (int k = 0; k < count; ++k) {
+      const TileJob job = jobs[k];
+      if (job.has_tile) DequantizeTile<Out, kFormat>(grid, o, colwise, swizzled, job);
+    }
+    __syncthreads();  // every thread is done with jobs[] before the next locate rewrites it
+  }
 }
 
 // --- launch configuration -----------------------------------------------------------------------
 
 inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The CTA shape: 16-byte strips across the columns, at most kMaxThreads, at least a warp; the
-// number of data tiles is the worst case over all group sizes (CTAs past the real tiles exit).
+// Jobs after the data tiles that zero the scale bytes no group uses.
+inline int64_t TailChunks(const Grid& grid) {
+  const GroupedShape& s = grid.shape;
+  switch (s.layout) {
+    case GroupedLayout::kSameDims: return 0;
+    case GroupedLayout::kVaryingBoth:
+      return s.num_groups * CeilDiv(mxfp8::GroupScaleBytes(s.rows, s.cols), kTailChunkBytes);
+    case GroupedLayout::kVaryingFirst:
+    case GroupedLayout::kVaryingLast: return CeilDiv(grid.scale_bytes, kTailChunkBytes);
+  }
+  return 0;
+}
+
+// The CTA shape: one strip per thread across the columns, at most kMaxThreads, whole warps;
+// the number of data tiles is the worst case over all group sizes (jobs past the real tiles do
+// nothing). grid.ctas is left to SetCtas.
 inline Grid MakeGrid(const GroupedShape& s, int vec, bool aligned) {
   Grid grid{};
   grid.shape = s;
   grid.scale_bytes = mxfp8::ScaleBufferBytes(s);
   grid.aligned = aligned;
-  const int64_t warps = CeilDiv(CeilDiv(s.cols, vec), 32);
-  grid.tile_cols = MinI64(kMaxThreads, 32 * (warps > 0 ? warps : 1)) * vec;
+  // Column tiles split the strips evenly (768 bf16 columns: 2 x 96 threads, not 128 + 64).
+  const int64_t strips = CeilDiv(s.cols, vec), col_tiles0 = CeilDiv(strips, kMaxThreads);
+  const int64_t warps = col_tiles0 > 0 ? CeilDiv(CeilDiv(strips, col_tiles0), 32) : 1;
+  grid.tile_cols = 32 * warps * vec;
   const int64_t row_tiles = CeilDiv(s.rows, kTileRows), col_tiles = CeilDiv(s.cols, grid.tile_cols);
   switch (s.layout) {
     case GroupedLayout::kSameDims:
@@ -620,23 +846,24 @@ inline Grid MakeGrid(const GroupedShape& s, int vec, bool aligned) {
       grid.data_tiles = row_tiles * mxfp8::MaxSumOfTiles(s.cols, s.num_groups + 1, grid.tile_cols);
       break;
   }
+  grid.jobs = grid.data_tiles + TailChunks(grid);
+  grid.ctas = grid.jobs;
   return grid;
 }
 
-// CTAs after the data tiles that zero the scale bytes no group uses.
-inline int64_t TailChunks(const Grid& grid) {
-  const GroupedShape& s = grid.shape;
-  switch (s.layout) {
-    case GroupedLayout::kSameDims: return 0;
-    case GroupedLayout::kVaryingBoth:
-      return s.num_groups * CeilDiv(mxfp8::GroupScaleBytes(s.rows, s.cols), kTailChunkBytes);
-    case GroupedLayout::kVaryingFirst:
-    case GroupedLayout::kVaryingLast: return CeilDiv(grid.scale_bytes, kTailChunkBytes);
+// CTAs to launch when `resident` of them fit on the GPU at once (SMs x CTAs per SM): at most one
+// wave, each CTA doing every ctas-th job, and as few CTAs as keep the most jobs per CTA: every
+// CTA then does the same number of jobs (but the last few), so none runs on alone at the end
+// (4295 jobs on 528 slots: 478 CTAs of 9 jobs, not 71 of 9 and 457 of 8).
+inline void SetCtas(Grid& grid, int64_t resident) {
+  if (resident <= 0 || grid.jobs <= resident) {
+    grid.ctas = grid.jobs;
+    return;
   }
-  return 0;
+  grid.ctas = CeilDiv(grid.jobs, CeilDiv(grid.jobs, resident));
 }
 
-// Grids of one call (the worst case over group sizes; CTAs past the real tiles exit).
+// Grids of one call (the worst case over group sizes; jobs past the real tiles do nothing).
 inline Grid QuantizeGrid(const mxfp8::QuantizeProblem& p, const mxfp8::QuantizeOperands& o,
                          int vec) {
   const bool aligned = Aligned16(o.x) &&
@@ -647,7 +874,9 @@ inline Grid QuantizeGrid(const mxfp8::QuantizeProblem& p, const mxfp8::QuantizeO
 
 inline Grid DequantizeGrid(const mxfp8::DequantizeProblem& p, const mxfp8::DequantizeOperands& o,
                            int vec) {
-  return MakeGrid(p.shape, vec, Aligned16(o.data) && Aligned16(o.out));
+  Grid grid = MakeGrid(p.shape, vec, Aligned16(o.data) && Aligned16(o.out));
+  grid.jobs = grid.ctas = grid.data_tiles;  // dequantize writes no scales
+  return grid;
 }
 
 // Calls launcher.Run<In, kRow, kCol, kFormat>() for the kernel instantiation `p` needs.

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the device tool), from the repository root, with the native module
+# built here and carried over: the MXFP8 tests on the GPU, compute-sanitizer memcheck over the
+# CUDA-vs-CPU byte-for-byte cases (ragged edge sizes, odd columns, every layout, many groups),
+# then the quantize / dequantize bandwidth benchmark on GPU 0.
+#   tools/device/mxfp8_gpu_check.sh [tests|memcheck|bench ...]   (default: all three)
+# Logs under $OUT (or /tmp/jgg-gpu); exits non-zero if any step failed.
+set -uo pipefail
+out="${OUT:-/tmp/jgg-gpu}"
+mkdir -p "$out"
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=(tests memcheck bench)
+status=0
+
+for step in "${steps[@]}"; do
+  echo "=== $step"
+  case $step in
+    tests)
+      python3 -m pytest -q -p no:cacheprovider tests/test_mxfp8*.py 2>&1 | tee "$out/mxfp8_tests.log"
+      ;;
+    memcheck)
+      # --error-exitcode makes a reported access error fail the step even if pytest passes.
+      compute-sanitizer --tool memcheck --error-exitcode 3 \
+        python3 -m pytest -q -p no:cacheprovider tests/test_mxfp8_cuda.py -k byte_for_byte \
+        2>&1 | tee "$out/memcheck.log"
+      ;;
+    bench)
+      CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" \
+        python3 -m tools.bench.mxfp8_bench --out "$out/bench" 2>&1 | tee "$out/bench.log"
+      ;;
+    *) echo "unknown step $step"; false ;;
+  esac
+  rc=${PIPESTATUS[0]}
+  echo "=== $step: exit $rc"
+  [[ $rc == 0 ]] || status=1
+done
+exit "$status"
