@@ -87,3 +87,48 @@ def test_every_cuda_path_forward_dgrad_wgrad(case):
   expected_dw = reference.ragged_k(f32(x), f32(ct), sizes, len(sizes))
   assert reference.relative_error(dw, expected_dw) < 1e-2
   assert np.all(np.asarray(dw)[[i for i, s in enumerate(sizes) if s == 0]] == 0)
+
+
+# (inputs, results) of each tensor-core instantiation (xla_plugin/BUILD SM90_TYPE_PAIRS).
+_TYPE_PAIRS = [(jnp.bfloat16, jnp.bfloat16), (jnp.float16, jnp.float16),
+               (jnp.bfloat16, jnp.float32), (jnp.float16, jnp.float32)]
+_PASS_DIMS = {  # contracting dims of (lhs, rhs), rhs group dims
+    "fwd": (([1], [1]), [0]), "dgrad": (([1], [2]), [0]), "wgrad": (([0], [0]), []),
+}
+
+
+@requires_gpu
+@pytest.mark.parametrize("case", ["large_groups_tensor_cores", "few_rows_per_group_small_tile"])
+@pytest.mark.parametrize("in_dtype, out_dtype", _TYPE_PAIRS,
+                         ids=lambda t: jnp.dtype(t).name)
+def test_tensor_core_type_pairs_every_pass(case, in_dtype, out_dtype):
+  """Each (inputs, results) pair of the Hopper path, forward, dgrad and wgrad, against float64
+  products of the same inputs. Outputs are poisoned before the kernels run (conftest), so an
+  element no kernel wrote is NaN; empty experts' weight gradients are 0."""
+  m, k, n, sizes = _PATH_CASES[case]
+  rng = np.random.default_rng(m + k + n)
+  x = jnp.asarray(rng.standard_normal((m, k)), in_dtype)
+  w = jnp.asarray(rng.standard_normal((len(sizes), k, n)), in_dtype)
+  dy = jnp.asarray(rng.standard_normal((m, n)), in_dtype)
+  group_sizes = jnp.asarray(sizes, jnp.int32)
+  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
+  expected = {
+      "fwd": reference.ragged_m(f64(x), f64(w), sizes),
+      "dgrad": reference.ragged_m(f64(dy), f64(w), sizes, rhs_transposed=True),
+      "wgrad": reference.ragged_k(f64(x), f64(dy), sizes, len(sizes)),
+  }
+  operands = {"fwd": (x, w), "dgrad": (dy, w), "wgrad": (x, dy)}
+  for name, (contracting, rhs_groups) in _PASS_DIMS.items():
+    dims = jax.lax.RaggedDotDimensionNumbers(
+        dot_dimension_numbers=(contracting, ([], [])), lhs_ragged_dimensions=[0],
+        rhs_group_dimensions=rhs_groups)
+    out = jax.jit(lambda a, b: jgg.ragged_dot_general(a, b, group_sizes, dims,
+                                                      preferred_element_type=out_dtype))(
+        *operands[name])
+    assert out.dtype == jnp.dtype(out_dtype), name
+    assert np.all(np.isfinite(np.asarray(out.astype(jnp.float32)))), name
+    # f32 results carry the f32 accumulation; 16-bit ones add one rounding.
+    tolerance = 1e-5 if out_dtype == jnp.float32 else 1e-2
+    assert reference.relative_error(out, expected[name]) < tolerance, name
+    if name == "wgrad":
+      assert np.all(np.asarray(out)[[i for i, s in enumerate(sizes) if s == 0]] == 0)

@@ -66,20 +66,28 @@ def _cuda_library_impl(ctx):
     # Objects mirror the sources' paths below the package, so equal file names in two
     # subdirectories (sm90/x.cu, sm100/x.cu) do not clash.
     package_dir = "/".join([p for p in [ctx.label.workspace_root, ctx.label.package] if p]) + "/"
+    # Without variants each source compiles once; with them, once per variant (its own object
+    # and -D flags): one template file, many kernel instantiations compiled in parallel.
+    variants = ctx.attr.variants or {"": []}
     objects = []
     for src in sources:
         stem = src.path[len(package_dir):] if src.path.startswith(package_dir) else src.basename
-        obj = ctx.actions.declare_file("_objs/%s/%s.o" % (ctx.label.name, stem[:-len(".cu")]))
-        ctx.actions.run(
-            executable = ctx.executable._nvcc,
-            arguments = flags + ["-c", src.path, "-o", obj.path],
-            inputs = depset([src], transitive = [inputs]),
-            outputs = [obj],
-            mnemonic = "CudaCompile",
-            progress_message = "Compiling CUDA %s" % src.short_path,
-            use_default_shell_env = True,  # PATH from --incompatible_strict_action_env
-        )
-        objects.append(obj)
+        for variant, variant_defines in variants.items():
+            suffix = "." + variant if variant else ""
+            obj = ctx.actions.declare_file(
+                "_objs/%s/%s%s.o" % (ctx.label.name, stem[:-len(".cu")], suffix),
+            )
+            ctx.actions.run(
+                executable = ctx.executable._nvcc,
+                arguments = flags + ["-D" + d for d in variant_defines] +
+                            ["-c", src.path, "-o", obj.path],
+                inputs = depset([src], transitive = [inputs]),
+                outputs = [obj],
+                mnemonic = "CudaCompile",
+                progress_message = "Compiling CUDA %s%s" % (src.short_path, suffix),
+                use_default_shell_env = True,  # PATH from --incompatible_strict_action_env
+            )
+            objects.append(obj)
 
     # The objects are compiled -fPIC, so they serve as PIC and non-PIC objects alike.
     # alwayslink: kernels are often reached only through registration tables or handler
@@ -126,6 +134,9 @@ _cuda_library = rule(
         "copts": attr.string_list(doc = "Extra nvcc flags."),
         "defines": attr.string_list(doc = "-D flags for this library and its dependents."),
         "gencode": attr.string_list(default = CUDA_GENCODE),
+        "variants": attr.string_list_dict(
+            doc = "Variant name -> -D flags: every source is compiled once per variant.",
+        ),
         "_nvcc": attr.label(
             default = Label("@jgg_local_deps//:nvcc"),
             allow_single_file = True,
@@ -145,10 +156,11 @@ _cuda_library = rule(
 )
 
 def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], defines = [], gencode = None,
-                 **kwargs):
+                 variants = {}, **kwargs):
     """A C++-linkable library of .cu sources (see the file docstring).
 
     gencode: nvcc -gencode flags; defaults to CUDA_GENCODE (sm_90a code + compute_90 PTX).
+    variants: {name: [defines]}: compile every source once per variant, with those defines.
     """
     if not HAS_CUDA:
         tags = kwargs.pop("tags", [])
@@ -166,5 +178,6 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], defines = []
         copts = copts,
         defines = defines,
         gencode = CUDA_GENCODE if gencode == None else gencode,
+        variants = variants,
         **kwargs
     )

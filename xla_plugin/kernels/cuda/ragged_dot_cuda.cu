@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/ragged_dot_simt.h"
@@ -59,14 +60,37 @@ bool TensorCorePathEnabled() {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The instantiated element types (xla_plugin/BUILD): bf16 or f16 inputs, results in the
+// input type or f32 (f32 accumulation either way).
+bool TensorCoreTypes(ElementType in, ElementType out) {
+  return (in == ElementType::kBF16 || in == ElementType::kF16) &&
+         (out == in || out == ElementType::kF32);
+}
+
 // TMA needs 16-byte aligned base pointers and leading dimensions; each group's
-// first row is then aligned too when the row length is a multiple of 8 bf16.
+// first row is then aligned too when the row length is a multiple of 8 elements
+// (16 bytes of 16-bit inputs, 32 of f32 results).
 bool TensorCoreFriendly(const DeviceInfo& info, ElementType in, ElementType out,
                         const RaggedOperands& o, int64_t row_length_a, int64_t row_length_b,
                         int64_t num_problems) {
-  return TensorCorePathEnabled() && info.hopper && in == ElementType::kBF16 &&
-         out == ElementType::kBF16 && row_length_a % 8 == 0 && row_length_b % 8 == 0 &&
-         Aligned16(o.lhs) && Aligned16(o.rhs) && Aligned16(o.out) && num_problems <= kMaxGridYZ;
+  return TensorCorePathEnabled() && info.hopper && TensorCoreTypes(in, out) &&
+         row_length_a % 8 == 0 && row_length_b % 8 == 0 && Aligned16(o.lhs) &&
+         Aligned16(o.rhs) && Aligned16(o.out) && num_problems <= kMaxGridYZ;
+}
+
+template <ElementType kType>
+using TypeTag = std::integral_constant<ElementType, kType>;
+
+// Calls run(TypeTag<in>{}, TypeTag<out>{}) for a pair TensorCoreTypes accepts.
+template <class Run>
+cudaError_t DispatchTensorCoreTypes(ElementType in, ElementType out, Run&& run) {
+  const bool wide = out == ElementType::kF32;
+  if (in == ElementType::kBF16) {
+    return wide ? run(TypeTag<ElementType::kBF16>{}, TypeTag<ElementType::kF32>{})
+                : run(TypeTag<ElementType::kBF16>{}, TypeTag<ElementType::kBF16>{});
+  }
+  return wide ? run(TypeTag<ElementType::kF16>{}, TypeTag<ElementType::kF32>{})
+              : run(TypeTag<ElementType::kF16>{}, TypeTag<ElementType::kF16>{});
 }
 
 // Tile choice by static shape: groups averaging at most 128 rows leave most of
@@ -98,12 +122,17 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
                                            p.rows, 1, o, stream); e != cudaSuccess) return e;
   if (cudaError_t e = LaunchZeroUncoveredRows(p, o, stream); e != cudaSuccess) return e;
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
-  if (FewRowsPerGroup(p.rows, p.num_local_groups)) {
-    return p.rhs_transposed ? sm90::RaggedMBf16RhsTransposedSmallM(p, o, launch)
-                            : sm90::RaggedMBf16SmallM(p, o, launch);
-  }
-  return p.rhs_transposed ? sm90::RaggedMBf16RhsTransposedLarge(p, o, launch)
-                          : sm90::RaggedMBf16Large(p, o, launch);
+  const bool small = FewRowsPerGroup(p.rows, p.num_local_groups);
+  return DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
+    constexpr ElementType kIn = decltype(in)::value, kOut = decltype(out)::value;
+    using sm90::Tile;
+    if (small) {
+      return p.rhs_transposed ? sm90::RaggedM<kIn, kOut, Tile::kSmallM, true>(p, o, launch)
+                              : sm90::RaggedM<kIn, kOut, Tile::kSmallM, false>(p, o, launch);
+    }
+    return p.rhs_transposed ? sm90::RaggedM<kIn, kOut, Tile::kLarge, true>(p, o, launch)
+                            : sm90::RaggedM<kIn, kOut, Tile::kLarge, false>(p, o, launch);
+  });
 }
 
 cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cudaStream_t stream) {
@@ -119,7 +148,10 @@ cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cuda
   if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
                                            p.rows, 1, o, stream); e != cudaSuccess) return e;
   if (cudaError_t e = LaunchZeroEmptyGroups(p, o, stream); e != cudaSuccess) return e;
-  return sm90::RaggedKBf16Large(p, o, MakeLaunch(info, o, p.batch, p.num_local_groups, stream));
+  const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
+  return DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
+    return sm90::RaggedK<decltype(in)::value, decltype(out)::value>(p, o, launch);
+  });
 }
 
 }  // namespace jgg::cuda

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "xla_plugin/common/element_types.h"
 #include "xla_plugin/common/ragged_layout.h"
 #include "xla_plugin/common/ragged_problem.h"
 
@@ -29,21 +30,21 @@ struct GroupedLaunch {
   cudaStream_t stream;
 };
 
-// Entry points, one per kernel instantiation: <op><dtypes>[RhsTransposed]<tile>.
-// The schedule must already be in operands.workspace. They return
-// cudaErrorNotSupported when CUTLASS rejects the problem.
-//   Large:  128x256x64 cooperative, 2x1 cluster (groups of hundreds of rows and more)
-//   SmallM: 64x128x128 ping-pong (groups of few rows: decode, many small experts)
-cudaError_t RaggedMBf16Large(const RaggedMProblem& p, const RaggedOperands& o,
-                             const GroupedLaunch& l);
-cudaError_t RaggedMBf16SmallM(const RaggedMProblem& p, const RaggedOperands& o,
-                              const GroupedLaunch& l);
-cudaError_t RaggedMBf16RhsTransposedLarge(const RaggedMProblem& p, const RaggedOperands& o,
-                                          const GroupedLaunch& l);
-cudaError_t RaggedMBf16RhsTransposedSmallM(const RaggedMProblem& p, const RaggedOperands& o,
-                                           const GroupedLaunch& l);
-cudaError_t RaggedKBf16Large(const RaggedKProblem& p, const RaggedOperands& o,
-                             const GroupedLaunch& l);
+// Tile configurations (grouped_gemm_sm90.cuh):
+//   kLarge:  128x256x64 cooperative, 2x1 cluster (groups of hundreds of rows and more)
+//   kSmallM: 64x128x128 ping-pong (groups of few rows: decode, many small experts)
+enum class Tile { kLarge, kSmallM };
+
+// Entry points. Each combination the dispatcher uses is one kernel instantiation, compiled
+// from instantiate_sm90.cu once per variant listed in xla_plugin/BUILD (inputs bf16 or f16;
+// results the input type or f32). The schedule must already be in operands.workspace. They
+// return cudaErrorNotSupported when CUTLASS rejects the problem.
+// Forward (B = rhs row-major [K, N]) or, with kRhsTransposed, dgrad (B read column-major).
+template <ElementType kIn, ElementType kOut, Tile kTile, bool kRhsTransposed>
+cudaError_t RaggedM(const RaggedMProblem& p, const RaggedOperands& o, const GroupedLaunch& l);
+// Wgrad (ragged contracting dimension), large tiles.
+template <ElementType kIn, ElementType kOut>
+cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l);
 
 }  // namespace jgg::cuda::sm90
 

@@ -3,6 +3,8 @@
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_RAGGED_PROBLEMS_SM90_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_RAGGED_PROBLEMS_SM90_CUH_
 
+#include <type_traits>
+
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.cuh"
 
@@ -59,19 +61,31 @@ cudaError_t RunRagged(const P& p, const RaggedOperands& o, const GroupedLaunch& 
   return RunGrouped<G>(p.num_local_groups * p.batch, problems, launch);
 }
 
-// The bf16 instantiations: B is the weight, row-major [K, N] for the forward
-// and column-major (the forward's weight read transposed in place) for dgrad.
-template <class Config, class LayoutB>
-cudaError_t RaggedMBf16(const RaggedMProblem& p, const RaggedOperands& o, const GroupedLaunch& l) {
-  using G = GroupedGemm<Config, cutlass::bfloat16_t, cutlass::bfloat16_t,
-                        cutlass::layout::RowMajor, LayoutB>;
+template <ElementType> struct CutlassElement;
+template <> struct CutlassElement<ElementType::kBF16> { using type = cutlass::bfloat16_t; };
+template <> struct CutlassElement<ElementType::kF16> { using type = cutlass::half_t; };
+template <> struct CutlassElement<ElementType::kF32> { using type = float; };
+
+template <Tile> struct TileConfigOf;
+template <> struct TileConfigOf<Tile::kLarge> { using type = Cooperative128x256; };
+template <> struct TileConfigOf<Tile::kSmallM> { using type = Pingpong64x128; };
+
+// B is the weight: row-major [K, N] for the forward, column-major (the forward's weight read
+// transposed in place) for dgrad.
+template <ElementType kIn, ElementType kOut, Tile kTile, bool kRhsTransposed>
+cudaError_t RaggedM(const RaggedMProblem& p, const RaggedOperands& o, const GroupedLaunch& l) {
+  using LayoutB = std::conditional_t<kRhsTransposed, cutlass::layout::ColumnMajor,
+                                     cutlass::layout::RowMajor>;
+  using G = GroupedGemm<typename TileConfigOf<kTile>::type, typename CutlassElement<kIn>::type,
+                        typename CutlassElement<kOut>::type, cutlass::layout::RowMajor, LayoutB>;
   return RunRagged<G, RaggedMProblems<typename G::A, typename G::D>>(p, o, l);
 }
 
-template <class Config>
-cudaError_t RaggedKBf16(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l) {
-  using G = GroupedGemm<Config, cutlass::bfloat16_t, cutlass::bfloat16_t,
-                        cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+template <ElementType kIn, ElementType kOut>
+cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l) {
+  using G = GroupedGemm<Cooperative128x256, typename CutlassElement<kIn>::type,
+                        typename CutlassElement<kOut>::type, cutlass::layout::ColumnMajor,
+                        cutlass::layout::RowMajor>;
   return RunRagged<G, RaggedKProblems<typename G::A, typename G::D>>(p, o, l);
 }
 
