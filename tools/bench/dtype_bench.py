@@ -17,8 +17,6 @@ and dtype_bench.md to --out.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 from tools.bench import jax_competitors, jax_loop
 from tools.bench import shapes as shapes_lib
@@ -75,12 +73,8 @@ def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print) -> dict:
   device = jax.devices()[0]
   result = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
             "calls": calls, "runs": runs, "records": records}
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "dtype_bench.json"), "w", encoding="utf-8") as f:
-    json.dump(result, f, indent=1)
   table = markdown(result)
-  with open(os.path.join(out_dir, "dtype_bench.md"), "w", encoding="utf-8") as f:
-    f.write(table)
+  wp.save_results(out_dir, "dtype_bench", result, table)
   log(table)
   return result
 

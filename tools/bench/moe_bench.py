@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import math
-import os
 import statistics
 import time
 
@@ -42,6 +40,7 @@ import numpy as np
 
 from tools.bench import jax_competitors, jax_loop
 from tools.bench import shapes as shapes_lib
+from tools.bench import worker_protocol as wp
 
 BACKENDS = ("ours", "ours_mxfp8", "lax", "pallas")
 TOP_K = {"mixtral": 2, "deepseek-ep8": 8, "qwen3-30b": 8, "decode": 8}
@@ -309,12 +308,8 @@ def main(argv=None):
   shapes = block_shapes(args.blocks.split(","))
   summary = run(shapes, args.backends.split(","), calls=args.calls, runs=args.runs,
                 check=args.check)
-  os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "moe_bench.json"), "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=1)
   table = markdown(summary)
-  with open(os.path.join(args.out, "moe_bench.md"), "w", encoding="utf-8") as f:
-    f.write(table)
+  wp.save_results(args.out, "moe_bench", summary, table)
   print(table)
 
 

@@ -22,8 +22,6 @@ Memory check of the same kernels (small shapes, every layout):
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 from tools.bench import jax_competitors, jax_loop
 from tools.bench import shapes as shapes_lib
@@ -118,12 +116,8 @@ def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float) -> list[di
   result = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
             "copy": {**copy, "gb_per_s": copy_gbs}, "target_fraction_of_copy": TARGET_FRACTION,
             "records": records}
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "mxfp8_bench.json"), "w", encoding="utf-8") as f:
-    json.dump(result, f, indent=1)
   table = markdown(result)
-  with open(os.path.join(out_dir, "mxfp8_bench.md"), "w", encoding="utf-8") as f:
-    f.write(table)
+  wp.save_results(out_dir, "mxfp8_bench", result, table)
   print(table)
   return records
 

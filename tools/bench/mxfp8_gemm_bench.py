@@ -27,8 +27,6 @@ mxfp8_gemm_bench.json and mxfp8_gemm_bench.md to --out.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 from tools.bench import jax_competitors, jax_loop
 from tools.bench import shapes as shapes_lib
@@ -152,12 +150,8 @@ def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print) -> dict:
   result = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
             "path": "dequantize", "note": PATH_NOTE, "calls": calls, "runs": runs,
             "records": records}
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "mxfp8_gemm_bench.json"), "w", encoding="utf-8") as f:
-    json.dump(result, f, indent=1)
   table = markdown(result)
-  with open(os.path.join(out_dir, "mxfp8_gemm_bench.md"), "w", encoding="utf-8") as f:
-    f.write(table)
+  wp.save_results(out_dir, "mxfp8_gemm_bench", result, table)
   log(table)
   return result
 

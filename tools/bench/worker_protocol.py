@@ -127,6 +127,15 @@ def read_records(path: str) -> list[dict]:
   return records
 
 
+def save_results(out_dir: str, name: str, result: dict, table: str) -> None:
+  """Writes a benchmark's raw result as out_dir/name.json and its table as out_dir/name.md."""
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, f"{name}.json"), "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=1)
+  with open(os.path.join(out_dir, f"{name}.md"), "w", encoding="utf-8") as f:
+    f.write(table)
+
+
 def timing_fields(per_call_seconds: list[float], calls: int) -> dict:
   """Median (what is reported), min and max seconds per call over the runs."""
   return {

@@ -238,6 +238,22 @@ __device__ inline int LocateJobs(const Grid& grid, const int32_t* group_sizes, i
   return count;
 }
 
+// Runs do_job(job) for each of this CTA's jobs in order, locating them kJobsPerLocate at a
+// time; all threads of the CTA must call (barriers).
+template <typename DoJob>
+__device__ inline void ForEachJob(const Grid& grid, const int32_t* group_sizes, DoJob do_job) {
+  __shared__ TileJob jobs[kJobsPerLocate];
+  for (int64_t first = 0;; first += kJobsPerLocate) {
+    const int count = LocateJobs(grid, group_sizes, first, jobs);
+    if (count == 0) return;
+    for (int k = 0; k < count; ++k) {
+      const TileJob job = jobs[k];
+      do_job(job);
+    }
+    __syncthreads();  // every thread is done with jobs[] before the next locate rewrites it
+  }
+}
+
 __device__ inline void ZeroScaleBytes(uint8_t* scales, int64_t begin, int64_t end, bool aligned) {
   if (scales == nullptr || begin >= end) return;
   // Offsets and sizes are multiples of 512 bytes: whole 16-byte stores when the base allows.
@@ -636,21 +652,14 @@ __device__ void QuantizeTile(const Grid& grid, const mxfp8::QuantizeOperands& o,
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
 __global__ void __launch_bounds__(kMaxThreads, kRow && kCol ? kMinCtasPerSmBoth : kMinCtasPerSm)
     QuantizeKernel(Grid grid, mxfp8::QuantizeOperands o, bool swizzled) {
-  __shared__ TileJob jobs[kJobsPerLocate];
-  for (int64_t first = 0;; first += kJobsPerLocate) {
-    const int count = LocateJobs(grid, o.group_sizes, first, jobs);
-    if (count == 0) return;
-    for (int k = 0; k < count; ++k) {
-      const TileJob job = jobs[k];
-      if (job.has_tile) {
-        QuantizeTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
-      } else {
-        ZeroScaleBytes(o.row_scales, job.tail_begin, job.tail_end, grid.aligned);
-        ZeroScaleBytes(o.col_scales, job.tail_begin, job.tail_end, grid.aligned);
-      }
+  ForEachJob(grid, o.group_sizes, [&](const TileJob& job) {
+    if (job.has_tile) {
+      QuantizeTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
+    } else {
+      ZeroScaleBytes(o.row_scales, job.tail_begin, job.tail_end, grid.aligned);
+      ZeroScaleBytes(o.col_scales, job.tail_begin, job.tail_end, grid.aligned);
     }
-    __syncthreads();  // every thread is done with jobs[] before the next locate rewrites it
-  }
+  });
 }
 
 // --- dequantize -------------------------------------------------------------------------------
@@ -792,16 +801,9 @@ __device__ void DequantizeTile(const Grid& grid, const mxfp8::DequantizeOperands
 template <typename Out, Fp8Format kFormat>
 __global__ void __launch_bounds__(kMaxThreads, kMinCtasPerSm)
     DequantizeKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
-  __shared__ TileJob jobs[kJobsPerLocate];
-  for (int64_t first = 0;; first += kJobsPerLocate) {
-    const int count = LocateJobs(grid, o.group_sizes, first, jobs);
-    if (count == 0) return;
-    for (int k = 0; k < count; ++k) {
-      const TileJob job = jobs[k];
-      if (job.has_tile) DequantizeTile<Out, kFormat>(grid, o, colwise, swizzled, job);
-    }
-    __syncthreads();  // every thread is done with jobs[] before the next locate rewrites it
-  }
+  ForEachJob(grid, o.group_sizes, [&](const TileJob& job) {
+    if (job.has_tile) DequantizeTile<Out, kFormat>(grid, o, colwise, swizzled, job);
+  });
 }
 
 // --- launch configuration -----------------------------------------------------------------------
