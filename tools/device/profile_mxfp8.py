@@ -4,9 +4,10 @@ Run on the GPU machine from the repository root, under Nsight Compute, e.g.
   ncu --clock-control none -k regex:QuantizeKernel --section SpeedOfLight \\
       --section WarpStateStats --section Occupancy --section LaunchStats \\
       python3 tools/device/profile_mxfp8.py rowwise both
-(PYTHONPATH must hold python/). Arguments: which ops to run, of rowwise, colwise, both,
-dequantize (default: all four), each on the mixtral activation x [16384, 4096] grouped by the
-anchor routing and on one mixtral weight stack w [8, 4096, 14336], bf16.
+(PYTHONPATH must hold python/ and the repository root). Arguments: which ops to run, of
+rowwise, colwise, both, dequantize (default: all four), each on the mixtral activation
+x [16384, 4096] grouped by the anchor routing and on one mixtral weight stack
+w [8, 4096, 14336], bf16.
 """
 
 import sys
