@@ -232,8 +232,8 @@ def test_manifest_lists_targets_platforms_mesh_and_specs(exported_cases):
                              {"name": "jgg_ragged_m_v1", "op": "jgg_ragged_m", "version": 1}]
   assert [i["shape"] for i in info["inputs"]] == [[37, 24], [5, 24, 16], [5], [37, 16]]
   assert [o["shape"] for o in info["outputs"]] == [[37, 24], [5, 24, 16]]
-  assert [t["name"] for t in read("mxfp8")["targets"]] == ["jgg_mxfp8_dequantize_v1",
-                                                          "jgg_mxfp8_quantize_v1"]
+  assert [t["name"] for t in read("mxfp8")["targets"]] == ["jgg_mxfp8_dequantize_v2",
+                                                          "jgg_mxfp8_quantize_v2"]
   sharded = read("moe_expert_parallel")
   assert sharded["mesh"] == {"axis_names": ["expert"], "axis_sizes": [8]}
   assert sharded["devices"] == 8
@@ -259,7 +259,7 @@ def test_stablehlo_of_the_moe_block_shows_typed_custom_calls():
   assert backward.count("stablehlo.custom_call @jgg_ragged_k_v1") == 3  # wgrad of each weight
   quantize = jgg.export.export(functools.partial(jgg.mxfp8.quantize, colwise=True), x,
                                np.array([5, 7], np.int32)).mlir_module()
-  assert ("stablehlo.custom_call @jgg_mxfp8_quantize_v1" in quantize
+  assert ("stablehlo.custom_call @jgg_mxfp8_quantize_v2" in quantize
           and "colwise = true, layout = 1 : i32, rowwise = true, swizzled = false" in quantize)
 
 

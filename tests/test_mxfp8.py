@@ -216,6 +216,28 @@ def test_scale_buffer_sizes_are_the_padded_tiles():
     assert q.scale_inv.dtype == jnp.uint8
 
 
+def test_v1_targets_stay_registered_and_agree_with_v2():
+  """Artifacts exported before the workspace result (_v2) name the _v1 targets: they still run
+  (a static job split on CUDA) and give the same bytes."""
+  rng = np.random.default_rng(11)
+  x = jnp.asarray(rng.standard_normal((300, 200)) * 8, jnp.bfloat16)
+  sizes = jnp.asarray([100, 0, 150, 3], jnp.int32)
+  q = jgg.mxfp8.quantize(x, sizes, rowwise=True, colwise=True)
+  quantize_v1, dequantize_v1 = _native.MXFP8_LEGACY_TARGETS
+  assert (quantize_v1, dequantize_v1) == ("jgg_mxfp8_quantize_v1", "jgg_mxfp8_dequantize_v1")
+  data = jax.ShapeDtypeStruct(x.shape, jnp.float8_e4m3fn)
+  scales = jax.ShapeDtypeStruct(q.scale_inv.shape, jnp.uint8)
+  attrs = dict(layout=np.int32(1), swizzled=False)
+  v1 = jax.ffi.ffi_call(quantize_v1, (data, scales, data, scales))(
+      x, sizes, rowwise=True, colwise=True, **attrs)
+  for got, want in zip(v1, (q.data, q.scale_inv, q.colwise_data, q.colwise_scale_inv)):
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint8), np.asarray(want).view(np.uint8))
+  out = jax.ffi.ffi_call(dequantize_v1, jax.ShapeDtypeStruct(x.shape, jnp.bfloat16))(
+      q.data, q.scale_inv, sizes, colwise=False, **attrs)
+  np.testing.assert_array_equal(np.asarray(out).view(np.uint16),
+                                np.asarray(jgg.mxfp8.dequantize(q)).view(np.uint16))
+
+
 def test_lowers_to_our_custom_calls():
   x = jnp.ones((64, 64), jnp.bfloat16)
   text = jax.jit(lambda x: mxfp8.dequantize(mxfp8.quantize(x))).lower(x).as_text()

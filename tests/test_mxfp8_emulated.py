@@ -59,7 +59,17 @@ def emulator(tmp_path_factory):
   i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
   lib.EmulateMxfp8Quantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32, i32] + [ptr] * 6
   lib.EmulateMxfp8Dequantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32] + [ptr] * 4
+  lib.SetEmulatedJobCounter.argtypes = [i32]
   return lib
+
+
+@pytest.fixture(params=["static", "dynamic"])
+def job_split(request, emulator):
+  """Runs a test under both job splits of the kernels: each CTA's static share, and jobs taken
+  from a zeroed counter (what the CUDA launches pass)."""
+  emulator.SetEmulatedJobCounter(request.param == "dynamic")
+  yield request.param
+  emulator.SetEmulatedJobCounter(0)
 
 
 def _address(a):
@@ -167,7 +177,7 @@ def _assert_same(emulated, q):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_emulated_cuda_kernels_equal_the_cpu_kernels(emulator, case):
+def test_emulated_cuda_kernels_equal_the_cpu_kernels(emulator, job_split, case):
   layout, shape, in_dtype, sizes = CASES[case]
   x = _values(len(case), shape, jnp.dtype(in_dtype))
   for fp8_dtype, (rowwise, colwise), scale_layout in (
@@ -187,7 +197,7 @@ def test_emulated_cuda_kernels_equal_the_cpu_kernels(emulator, case):
 
 
 @pytest.mark.parametrize("in_dtype", ["float32", "bfloat16", "float16"])
-def test_emulated_unaligned_input_takes_the_scalar_path(emulator, in_dtype):
+def test_emulated_unaligned_input_takes_the_scalar_path(emulator, job_split, in_dtype):
   x = _values(9, (96, 128), jnp.dtype(in_dtype))
   sizes = [40, 0, 50]
   q = _library_quantize(x, sizes, "varying_first", jnp.float8_e4m3fn, True, True, "compact")

@@ -11,6 +11,7 @@
 #include "xla_plugin/common/mxfp8_layout.h"
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/ffi/handlers.h"
+#include "xla_plugin/ffi/mxfp8_decode.h"
 
 namespace nb = nanobind;
 
@@ -21,8 +22,12 @@ namespace {
 // old exported artifact fails to find its target instead of misbehaving.
 constexpr const char kRaggedMTarget[] = "jgg_ragged_m_v1";
 constexpr const char kRaggedKTarget[] = "jgg_ragged_k_v1";
-constexpr const char kMxfp8QuantizeTarget[] = "jgg_mxfp8_quantize_v1";
-constexpr const char kMxfp8DequantizeTarget[] = "jgg_mxfp8_dequantize_v1";
+// _v2 added a workspace result (the CUDA kernels' job counter); _v1 stays registered for
+// artifacts that name it (a static job split on CUDA, the same results).
+constexpr const char kMxfp8QuantizeTarget[] = "jgg_mxfp8_quantize_v2";
+constexpr const char kMxfp8DequantizeTarget[] = "jgg_mxfp8_dequantize_v2";
+constexpr const char kMxfp8QuantizeTargetV1[] = "jgg_mxfp8_quantize_v1";
+constexpr const char kMxfp8DequantizeTargetV1[] = "jgg_mxfp8_dequantize_v1";
 
 nb::capsule Capsule(XLA_FFI_Handler* handler) {
   return nb::capsule(reinterpret_cast<void*>(handler));
@@ -32,16 +37,20 @@ nb::dict Registrations() {
   nb::dict cpu;
   cpu[kRaggedMTarget] = Capsule(JggRaggedMCpu);
   cpu[kRaggedKTarget] = Capsule(JggRaggedKCpu);
-  cpu[kMxfp8QuantizeTarget] = Capsule(JggMxfp8QuantizeCpu);
-  cpu[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeCpu);
+  cpu[kMxfp8QuantizeTarget] = Capsule(JggMxfp8QuantizeV2Cpu);
+  cpu[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeV2Cpu);
+  cpu[kMxfp8QuantizeTargetV1] = Capsule(JggMxfp8QuantizeCpu);
+  cpu[kMxfp8DequantizeTargetV1] = Capsule(JggMxfp8DequantizeCpu);
   nb::dict platforms;
   platforms["cpu"] = cpu;
 #ifdef JGG_WITH_CUDA
   nb::dict cuda;
   cuda[kRaggedMTarget] = Capsule(JggRaggedMCuda);
   cuda[kRaggedKTarget] = Capsule(JggRaggedKCuda);
-  cuda[kMxfp8QuantizeTarget] = Capsule(JggMxfp8QuantizeCuda);
-  cuda[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeCuda);
+  cuda[kMxfp8QuantizeTarget] = Capsule(JggMxfp8QuantizeV2Cuda);
+  cuda[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeV2Cuda);
+  cuda[kMxfp8QuantizeTargetV1] = Capsule(JggMxfp8QuantizeCuda);
+  cuda[kMxfp8DequantizeTargetV1] = Capsule(JggMxfp8DequantizeCuda);
   platforms["CUDA"] = cuda;
 #endif
   return platforms;
@@ -78,6 +87,8 @@ NB_MODULE(_jgg_native, m) {
         "2 varying last, 3 varying both).");
   m.attr("MXFP8_QUANTIZE_TARGET") = kMxfp8QuantizeTarget;
   m.attr("MXFP8_DEQUANTIZE_TARGET") = kMxfp8DequantizeTarget;
+  m.attr("MXFP8_LEGACY_TARGETS") = nb::make_tuple(kMxfp8QuantizeTargetV1, kMxfp8DequantizeTargetV1);
+  m.attr("MXFP8_WORKSPACE_BYTES") = jgg::kMxfp8WorkspaceBytes;
 #ifdef JGG_WITH_CUDA
   m.attr("cuda_built") = true;
 #else

@@ -23,6 +23,10 @@ RAGGED_M_TARGET: str = _module.RAGGED_M_TARGET
 RAGGED_K_TARGET: str = _module.RAGGED_K_TARGET
 MXFP8_QUANTIZE_TARGET: str = _module.MXFP8_QUANTIZE_TARGET
 MXFP8_DEQUANTIZE_TARGET: str = _module.MXFP8_DEQUANTIZE_TARGET
+# Older versions of the MXFP8 targets, still registered for the artifacts that name them.
+MXFP8_LEGACY_TARGETS: tuple[str, ...] = tuple(_module.MXFP8_LEGACY_TARGETS)
+# The workspace result of the MXFP8 calls (the CUDA kernels' job counter).
+MXFP8_WORKSPACE_BYTES: int = int(_module.MXFP8_WORKSPACE_BYTES)
 CUDA_BUILT: bool = bool(_module.cuda_built)
 
 

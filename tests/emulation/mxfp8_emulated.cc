@@ -11,6 +11,9 @@ using namespace jgg::cuda::mxfp8_kernels;  // NOLINT
 // and small calls still get one job per CTA.
 constexpr int64_t kResidentCtas = 3;
 
+// Launches pass a zeroed job counter (the dynamic job split) when set, none (static) otherwise.
+bool g_job_counter = false;
+
 struct EmulatedQuantize {
   const jgg::mxfp8::QuantizeProblem& p;
   const jgg::mxfp8::QuantizeOperands& o;
@@ -19,9 +22,12 @@ struct EmulatedQuantize {
     Grid grid = QuantizeGrid(p, o, Strip<In>::kCount);
     const int threads = static_cast<int>(grid.tile_cols / Strip<In>::kCount);
     const bool swizzled = p.swizzled;
-    SetCtas(grid, kResidentCtas);
+    unsigned long long counter = 0;
+    jgg::mxfp8::QuantizeOperands ops = o;
+    ops.job_counter = g_job_counter ? &counter : nullptr;
+    SetCtas(grid, kResidentCtas, DynamicJobs(grid, ops.job_counter));
     simt::Launch(grid.ctas, threads, [&] {
-      QuantizeKernel<In, kRow, kCol, kFormat>(grid, o, swizzled);
+      QuantizeKernel<In, kRow, kCol, kFormat>(grid, ops, swizzled);
     });
     return threads;
   }
@@ -35,9 +41,12 @@ struct EmulatedDequantize {
     constexpr int kVec = kDequantVec;
     Grid grid = DequantizeGrid(p, o, kVec);
     const int threads = static_cast<int>(grid.tile_cols / kVec);
-    SetCtas(grid, kResidentCtas);
+    unsigned long long counter = 0;
+    jgg::mxfp8::DequantizeOperands ops = o;
+    ops.job_counter = g_job_counter ? &counter : nullptr;
+    SetCtas(grid, kResidentCtas, DynamicJobs(grid, ops.job_counter));
     simt::Launch(grid.ctas, threads, [&] {
-      DequantizeKernel<Out, kFormat>(grid, o, p.colwise, p.swizzled);
+      DequantizeKernel<Out, kFormat>(grid, ops, p.colwise, p.swizzled);
     });
     return threads;
   }
@@ -48,6 +57,8 @@ jgg::mxfp8::GroupedShape Shape(int layout, int64_t groups, int64_t rows, int64_t
 }
 
 }  // namespace
+
+extern "C" void SetEmulatedJobCounter(int on) { g_job_counter = on != 0; }
 
 // Returns the CTA width used (threads), for the tests' coverage checks.
 extern "C" int EmulateMxfp8Quantize(int layout, int64_t groups, int64_t rows, int64_t cols,

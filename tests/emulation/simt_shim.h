@@ -174,6 +174,12 @@ T __shfl_up_sync(unsigned, T value, int delta) {
 
 template <typename T>
 T __ldg(const T* p) { return *p; }
+// One thread runs at a time, so a plain read-modify-write is atomic.
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  const unsigned long long old = *p;
+  *p += v;
+  return old;
+}
 inline float __uint_as_float(uint32_t v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t v; std::memcpy(&v, &f, 4); return v; }
 inline float __fmul_rn(float a, float b) { return a * b; }

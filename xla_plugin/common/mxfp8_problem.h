@@ -31,6 +31,8 @@ struct QuantizeOperands {
   uint8_t* row_scales;
   uint8_t* col_data;
   uint8_t* col_scales;
+  // CUDA only: zero at launch, the kernel hands out jobs from it (null: a static job split).
+  unsigned long long* job_counter = nullptr;
 };
 
 struct DequantizeProblem {
@@ -46,6 +48,7 @@ struct DequantizeOperands {
   const uint8_t* scales;
   const int32_t* group_sizes;
   void* out;
+  unsigned long long* job_counter = nullptr;  // as QuantizeOperands::job_counter
 };
 
 }  // namespace jgg::mxfp8

@@ -15,5 +15,10 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8QuantizeCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8DequantizeCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8QuantizeCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8DequantizeCuda);
+// _v2 of the MXFP8 targets: a workspace result (the CUDA kernels' job counter).
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8QuantizeV2Cpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8DequantizeV2Cpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8QuantizeV2Cuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8DequantizeV2Cuda);
 
 #endif  // JGG_XLA_PLUGIN_FFI_HANDLERS_H_

@@ -41,10 +41,34 @@ ffi::Error Mxfp8DequantizeCpu(ffi::AnyBuffer data, ffi::Buffer<ffi::U8> scales,
   return ffi::Error::Success();
 }
 
+// _v2: the same call with a workspace result, which the CPU kernels do not need.
+ffi::Error Mxfp8QuantizeCpuV2(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> group_sizes,
+                              ffi::Result<ffi::AnyBuffer> row_data,
+                              ffi::Result<ffi::Buffer<ffi::U8>> row_scales,
+                              ffi::Result<ffi::AnyBuffer> col_data,
+                              ffi::Result<ffi::Buffer<ffi::U8>> col_scales,
+                              ffi::Result<ffi::Buffer<ffi::U8>> /*workspace*/, int32_t layout,
+                              bool rowwise, bool colwise, bool swizzled) {
+  return Mxfp8QuantizeCpu(x, group_sizes, row_data, row_scales, col_data, col_scales, layout,
+                          rowwise, colwise, swizzled);
+}
+
+ffi::Error Mxfp8DequantizeCpuV2(ffi::AnyBuffer data, ffi::Buffer<ffi::U8> scales,
+                                ffi::Buffer<ffi::S32> group_sizes,
+                                ffi::Result<ffi::AnyBuffer> out,
+                                ffi::Result<ffi::Buffer<ffi::U8>> /*workspace*/, int32_t layout,
+                                bool colwise, bool swizzled) {
+  return Mxfp8DequantizeCpu(data, scales, group_sizes, out, layout, colwise, swizzled);
+}
+
 }  // namespace
 }  // namespace jgg
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8QuantizeCpu, jgg::Mxfp8QuantizeCpu,
-                              jgg::BindMxfp8QuantizeOperands(xla::ffi::Ffi::Bind()));
+                              jgg::BindMxfp8QuantizeOperands<false>(xla::ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8DequantizeCpu, jgg::Mxfp8DequantizeCpu,
-                              jgg::BindMxfp8DequantizeOperands(xla::ffi::Ffi::Bind()));
+                              jgg::BindMxfp8DequantizeOperands<false>(xla::ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8QuantizeV2Cpu, jgg::Mxfp8QuantizeCpuV2,
+                              jgg::BindMxfp8QuantizeOperands<true>(xla::ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8DequantizeV2Cpu, jgg::Mxfp8DequantizeCpuV2,
+                              jgg::BindMxfp8DequantizeOperands<true>(xla::ffi::Ffi::Bind()));

@@ -1,6 +1,7 @@
 // CUDA handlers of the grouped MXFP8 quantize / dequantize: decode, then one launch on XLA's
-// stream. Declared command-buffer compatible: no host read of device data, no sync, no
-// allocation (group offsets are computed inside the kernel; there is no workspace).
+// stream (_v2: after a memset of the job counter in the workspace result). Declared
+// command-buffer compatible: no host read of device data, no sync, no allocation (group
+// offsets are computed inside the kernel).
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -25,13 +26,15 @@ cudaError_t MaybePoison(Result& out, cudaStream_t stream) {
   return cudaMemsetAsync(out->untyped_data(), kPoisonByte, out->size_bytes(), stream);
 }
 
+// `job_counter`: null for _v1 (a static job split), else the workspace's counter, zeroed here.
 ffi::Error Mxfp8QuantizeCuda(cudaStream_t stream, ffi::AnyBuffer x,
                              ffi::Buffer<ffi::S32> group_sizes,
                              ffi::Result<ffi::AnyBuffer> row_data,
                              ffi::Result<ffi::Buffer<ffi::U8>> row_scales,
                              ffi::Result<ffi::AnyBuffer> col_data,
-                             ffi::Result<ffi::Buffer<ffi::U8>> col_scales, int32_t layout,
-                             bool rowwise, bool colwise, bool swizzled) {
+                             ffi::Result<ffi::Buffer<ffi::U8>> col_scales,
+                             unsigned long long* job_counter, int32_t layout, bool rowwise,
+                             bool colwise, bool swizzled) {
   auto call = DecodeMxfp8Quantize(x, group_sizes, row_data, row_scales, col_data, col_scales,
                                   layout, rowwise, colwise, swizzled);
   if (call.has_error()) return call.error();
@@ -39,31 +42,87 @@ ffi::Error Mxfp8QuantizeCuda(cudaStream_t stream, ffi::AnyBuffer x,
                              MaybePoison(col_data, stream), MaybePoison(col_scales, stream)}) {
     if (auto e = FromCuda(status, "poison"); e.failure()) return e;
   }
+  if (job_counter != nullptr) {
+    if (auto e = FromCuda(cudaMemsetAsync(job_counter, 0, sizeof(*job_counter), stream),
+                          "job counter");
+        e.failure())
+      return e;
+    call->operands.job_counter = job_counter;
+  }
   return FromCuda(cuda::LaunchMxfp8Quantize(call->problem, call->operands, stream),
                   "mxfp8 quantize launch");
 }
 
 ffi::Error Mxfp8DequantizeCuda(cudaStream_t stream, ffi::AnyBuffer data,
                                ffi::Buffer<ffi::U8> scales, ffi::Buffer<ffi::S32> group_sizes,
-                               ffi::Result<ffi::AnyBuffer> out, int32_t layout, bool colwise,
-                               bool swizzled) {
+                               ffi::Result<ffi::AnyBuffer> out, unsigned long long* job_counter,
+                               int32_t layout, bool colwise, bool swizzled) {
   auto call = DecodeMxfp8Dequantize(data, scales, group_sizes, out, layout, colwise, swizzled);
   if (call.has_error()) return call.error();
   if (auto e = FromCuda(MaybePoison(out, stream), "poison"); e.failure()) return e;
+  if (job_counter != nullptr) {
+    if (auto e = FromCuda(cudaMemsetAsync(job_counter, 0, sizeof(*job_counter), stream),
+                          "job counter");
+        e.failure())
+      return e;
+    call->operands.job_counter = job_counter;
+  }
   return FromCuda(cuda::LaunchMxfp8Dequantize(call->problem, call->operands, stream),
                   "mxfp8 dequantize launch");
+}
+
+ffi::Error Mxfp8QuantizeCudaV1(cudaStream_t stream, ffi::AnyBuffer x,
+                               ffi::Buffer<ffi::S32> group_sizes,
+                               ffi::Result<ffi::AnyBuffer> row_data,
+                               ffi::Result<ffi::Buffer<ffi::U8>> row_scales,
+                               ffi::Result<ffi::AnyBuffer> col_data,
+                               ffi::Result<ffi::Buffer<ffi::U8>> col_scales, int32_t layout,
+                               bool rowwise, bool colwise, bool swizzled) {
+  return Mxfp8QuantizeCuda(stream, x, group_sizes, row_data, row_scales, col_data, col_scales,
+                           nullptr, layout, rowwise, colwise, swizzled);
+}
+
+ffi::Error Mxfp8QuantizeCudaV2(cudaStream_t stream, ffi::AnyBuffer x,
+                               ffi::Buffer<ffi::S32> group_sizes,
+                               ffi::Result<ffi::AnyBuffer> row_data,
+                               ffi::Result<ffi::Buffer<ffi::U8>> row_scales,
+                               ffi::Result<ffi::AnyBuffer> col_data,
+                               ffi::Result<ffi::Buffer<ffi::U8>> col_scales,
+                               ffi::Result<ffi::Buffer<ffi::U8>> workspace, int32_t layout,
+                               bool rowwise, bool colwise, bool swizzled) {
+  return Mxfp8QuantizeCuda(stream, x, group_sizes, row_data, row_scales, col_data, col_scales,
+                           JobCounter(workspace), layout, rowwise, colwise, swizzled);
+}
+
+ffi::Error Mxfp8DequantizeCudaV1(cudaStream_t stream, ffi::AnyBuffer data,
+                                 ffi::Buffer<ffi::U8> scales, ffi::Buffer<ffi::S32> group_sizes,
+                                 ffi::Result<ffi::AnyBuffer> out, int32_t layout, bool colwise,
+                                 bool swizzled) {
+  return Mxfp8DequantizeCuda(stream, data, scales, group_sizes, out, nullptr, layout, colwise,
+                             swizzled);
+}
+
+ffi::Error Mxfp8DequantizeCudaV2(cudaStream_t stream, ffi::AnyBuffer data,
+                                 ffi::Buffer<ffi::U8> scales, ffi::Buffer<ffi::S32> group_sizes,
+                                 ffi::Result<ffi::AnyBuffer> out,
+                                 ffi::Result<ffi::Buffer<ffi::U8>> workspace, int32_t layout,
+                                 bool colwise, bool swizzled) {
+  return Mxfp8DequantizeCuda(stream, data, scales, group_sizes, out, JobCounter(workspace),
+                             layout, colwise, swizzled);
 }
 
 }  // namespace
 }  // namespace jgg
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    JggMxfp8QuantizeCuda, jgg::Mxfp8QuantizeCuda,
-    jgg::BindMxfp8QuantizeOperands(
-        xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
-    {xla::ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    JggMxfp8DequantizeCuda, jgg::Mxfp8DequantizeCuda,
-    jgg::BindMxfp8DequantizeOperands(
-        xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
-    {xla::ffi::Traits::kCmdBufferCompatible});
+#define JGG_MXFP8_CUDA_HANDLER(symbol, function, bind)                                  \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                        \
+      symbol, function, bind(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()), \
+      {xla::ffi::Traits::kCmdBufferCompatible})
+JGG_MXFP8_CUDA_HANDLER(JggMxfp8QuantizeCuda, jgg::Mxfp8QuantizeCudaV1,
+                       jgg::BindMxfp8QuantizeOperands<false>);
+JGG_MXFP8_CUDA_HANDLER(JggMxfp8DequantizeCuda, jgg::Mxfp8DequantizeCudaV1,
+                       jgg::BindMxfp8DequantizeOperands<false>);
+JGG_MXFP8_CUDA_HANDLER(JggMxfp8QuantizeV2Cuda, jgg::Mxfp8QuantizeCudaV2,
+                       jgg::BindMxfp8QuantizeOperands<true>);
+JGG_MXFP8_CUDA_HANDLER(JggMxfp8DequantizeV2Cuda, jgg::Mxfp8DequantizeCudaV2,
+                       jgg::BindMxfp8DequantizeOperands<true>);

@@ -148,32 +148,75 @@ inline ffi::ErrorOr<DecodedMxfp8Dequantize> DecodeMxfp8Dequantize(
                                 out->untyped_data()}};
 }
 
-// The operands and attributes every quantize handler binds, in order: x, group_sizes ->
-// rowwise data, rowwise scales, colwise data, colwise scales; layout, rowwise, colwise, swizzled.
+// Bytes of the workspace result of the _v2 targets: the kernels' job counter (zeroed by the
+// handler before the launch). _v1 targets have no workspace (a static job split).
+inline constexpr int64_t kMxfp8WorkspaceBytes = 8;
+
+// The buffers and attributes every quantize handler binds, in order: x, group_sizes ->
+// rowwise data, rowwise scales, colwise data, colwise scales[, workspace (_v2)]; layout,
+// rowwise, colwise, swizzled. (Bindings are built as one chain of temporaries: they cannot be
+// moved once named.)
 template <typename Binding>
-auto BindMxfp8QuantizeOperands(Binding binding) {
+auto BindMxfp8QuantizeBuffers(Binding&& binding) {
   return std::move(binding).template Arg<ffi::AnyBuffer>()  // x
       .template Arg<ffi::Buffer<ffi::S32>>()                // group_sizes
       .template Ret<ffi::AnyBuffer>()                       // rowwise data
       .template Ret<ffi::Buffer<ffi::U8>>()                 // rowwise scale_inv
       .template Ret<ffi::AnyBuffer>()                       // colwise data
-      .template Ret<ffi::Buffer<ffi::U8>>()                 // colwise scale_inv
-      .template Attr<int32_t>("layout")
+      .template Ret<ffi::Buffer<ffi::U8>>();                // colwise scale_inv
+}
+
+template <typename Binding>
+auto BindMxfp8QuantizeAttrs(Binding&& binding) {
+  return std::move(binding).template Attr<int32_t>("layout")
       .template Attr<bool>("rowwise")
       .template Attr<bool>("colwise")
       .template Attr<bool>("swizzled");
 }
 
-// data, scale_inv, group_sizes -> out; layout, colwise, swizzled.
+template <bool kWithWorkspace, typename Binding>
+auto BindMxfp8QuantizeOperands(Binding&& binding) {
+  if constexpr (kWithWorkspace) {
+    return BindMxfp8QuantizeAttrs(BindMxfp8QuantizeBuffers(std::move(binding))
+                                      .template Ret<ffi::Buffer<ffi::U8>>());  // workspace
+  } else {
+    return BindMxfp8QuantizeAttrs(BindMxfp8QuantizeBuffers(std::move(binding)));
+  }
+}
+
+// data, scale_inv, group_sizes -> out[, workspace (_v2)]; layout, colwise, swizzled.
 template <typename Binding>
-auto BindMxfp8DequantizeOperands(Binding binding) {
+auto BindMxfp8DequantizeBuffers(Binding&& binding) {
   return std::move(binding).template Arg<ffi::AnyBuffer>()  // data
       .template Arg<ffi::Buffer<ffi::U8>>()                 // scale_inv
       .template Arg<ffi::Buffer<ffi::S32>>()                // group_sizes
-      .template Ret<ffi::AnyBuffer>()                       // out
-      .template Attr<int32_t>("layout")
+      .template Ret<ffi::AnyBuffer>();                      // out
+}
+
+template <typename Binding>
+auto BindMxfp8DequantizeAttrs(Binding&& binding) {
+  return std::move(binding).template Attr<int32_t>("layout")
       .template Attr<bool>("colwise")
       .template Attr<bool>("swizzled");
+}
+
+template <bool kWithWorkspace, typename Binding>
+auto BindMxfp8DequantizeOperands(Binding&& binding) {
+  if constexpr (kWithWorkspace) {
+    return BindMxfp8DequantizeAttrs(BindMxfp8DequantizeBuffers(std::move(binding))
+                                        .template Ret<ffi::Buffer<ffi::U8>>());  // workspace
+  } else {
+    return BindMxfp8DequantizeAttrs(BindMxfp8DequantizeBuffers(std::move(binding)));
+  }
+}
+
+// The job counter in a _v2 workspace result, or null (a static job split) where it has no room
+// for one: an empty stack's shard gets a [0, 8] workspace.
+inline unsigned long long* JobCounter(ffi::Result<ffi::Buffer<ffi::U8>>& workspace) {
+  if (static_cast<int64_t>(workspace->element_count()) < kMxfp8WorkspaceBytes ||
+      reinterpret_cast<uintptr_t>(workspace->untyped_data()) % 8 != 0)
+    return nullptr;
+  return static_cast<unsigned long long*>(workspace->untyped_data());
 }
 
 }  // namespace jgg

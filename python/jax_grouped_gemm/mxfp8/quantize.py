@@ -26,7 +26,8 @@ from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, LAYOUT_CODES, SCALE_LA
 INPUT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 _native.register_targets()
-batch_partitionable.register([_native.MXFP8_QUANTIZE_TARGET, _native.MXFP8_DEQUANTIZE_TARGET])
+batch_partitionable.register([_native.MXFP8_QUANTIZE_TARGET, _native.MXFP8_DEQUANTIZE_TARGET,
+                              *_native.MXFP8_LEGACY_TARGETS])
 STACK_LAYOUTS = ("same_dims", "varying_both")  # one fixed-size scale slot per group
 
 
@@ -80,14 +81,20 @@ def _group_sizes_operand(group_sizes, layout):
 
 
 def _ffi_call(target, tensor_layout, results, *operands, **attributes):
-  """One call of `target`; a stack's call leads every buffer with its groups
-  (scale buffers as [G, slot]) and is batch-partitionable."""
+  """One call of `target` with a workspace result appended (the CUDA kernels' job counter;
+  dropped here); a stack's call leads every buffer with its groups (scale buffers as
+  [G, slot], the workspace as [G, bytes]: each shard's first bytes serve) and is
+  batch-partitionable."""
+  workspace = jax.ShapeDtypeStruct((_native.MXFP8_WORKSPACE_BYTES,), jnp.uint8)
   if tensor_layout not in STACK_LAYOUTS:
-    return jax.ffi.ffi_call(target, results, vmap_method="sequential")(*operands, **attributes)
+    outs = jax.ffi.ffi_call(target, (*results, workspace), vmap_method="sequential")(
+        *operands, **attributes)
+    return outs[:-1]
   groups = operands[0].shape[0]
   operands = [jnp.zeros((groups, 0), jnp.int32) if x is None else x for x in operands]
   by_group = [jax.ShapeDtypeStruct((groups, r.size // groups) if r.ndim == 1 else r.shape,
                                    r.dtype) for r in results]
+  by_group.append(jax.ShapeDtypeStruct((groups, workspace.size), jnp.uint8))
   outs = batch_partitionable.call(target, by_group, *operands, **attributes)
   return [out.reshape(r.shape) for out, r in zip(outs, results)]
 

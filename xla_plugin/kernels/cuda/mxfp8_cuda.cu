@@ -53,7 +53,7 @@ struct QuantizeLaunch {
     const int threads = static_cast<int>(grid.tile_cols / Strip<In>::kCount);
     const auto kernel = QuantizeKernel<In, kRow, kCol, kFormat>;
     static ResidentCache cache;
-    SetCtas(grid, ResidentCtas(kernel, threads, cache));
+    SetCtas(grid, ResidentCtas(kernel, threads, cache), DynamicJobs(grid, o.job_counter));
     kernel<<<grid.ctas, threads, 0, stream>>>(grid, o, p.swizzled);
     return cudaGetLastError();
   }
@@ -72,7 +72,7 @@ struct DequantizeLaunch {
     const int threads = static_cast<int>(grid.tile_cols / kVec);
     const auto kernel = DequantizeKernel<Out, kFormat>;
     static ResidentCache cache;
-    SetCtas(grid, ResidentCtas(kernel, threads, cache));
+    SetCtas(grid, ResidentCtas(kernel, threads, cache), DynamicJobs(grid, o.job_counter));
     kernel<<<grid.ctas, threads, 0, stream>>>(grid, o, p.colwise, p.swizzled);
     return cudaGetLastError();
   }

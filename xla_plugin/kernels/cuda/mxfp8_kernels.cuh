@@ -10,11 +10,13 @@
 //   both:    one read of the input from DRAM does both (the rows wait in shared memory between
 //            the two passes), nothing is read twice from DRAM.
 // Tiles never span two groups (tiles restart at every group boundary), which is what makes any
-// group size valid. The grid is one wave (as many CTAs as fit on the GPU, about as many jobs
-// each); a CTA finds 16 of its jobs at a time with one pass of block-wide prefix sums over the
-// device group sizes instead of a separate setup launch, and the scale bytes that hold no real
-// scale (128x4 tile padding, the unused tail of the worst-case buffer) are zeroed by the CTAs
-// that own them: one launch per call. Tiles wholly inside their group (nearly all) take a path
+// group size valid. The grid is one wave (as many CTAs as fit on the GPU); a CTA takes its jobs
+// one after another from a job counter that the handler zeroes (so CTAs on less loaded SMs take
+// more), finding each job's group by a binary search over the groups' prefix sums, computed
+// once per CTA with block-wide scans of the device group sizes (no separate setup launch;
+// without a counter, each CTA does every ctas-th job, locating 16 at a time). The scale bytes
+// that hold no real scale (128x4 tile padding, the unused tail of the worst-case buffer) are
+// zeroed by the CTAs that own them: one launch per call. Tiles wholly inside their group (nearly all) take a path
 // with no per-row bounds or scalar fallbacks: at 4 elements per thread and row, those cost more
 // instructions than the conversion. Elements use the hardware cvt.rn.satfinite (bit-identical
 // to common/mxfp8_math.h's integer rounding, which the CPU path uses; the tests compare both
@@ -238,10 +240,131 @@ __device__ inline int LocateJobs(const Grid& grid, const int32_t* group_sizes, i
   return count;
 }
 
-// Runs do_job(job) for each of this CTA's jobs in order, locating them kJobsPerLocate at a
-// time; all threads of the CTA must call (barriers).
+// Inclusive prefix sums over the groups of a ragged layout (clamped sizes, then the tiles and
+// scale bytes of each group), computed once per CTA into shared memory so that locating any
+// job is a binary search. Ragged calls with more groups take the static path.
+constexpr int kCachedGroups = 512;
+struct GroupPrefix {
+  int64_t size_end[kCachedGroups];
+  int64_t tiles_end[kCachedGroups];
+  int64_t bytes_end[kCachedGroups];
+};
+
+__host__ __device__ inline bool RaggedLayout(const GroupedShape& s) {
+  return s.layout == GroupedLayout::kVaryingFirst || s.layout == GroupedLayout::kVaryingLast;
+}
+
+// Whether a launch with this job counter (null: none) hands out jobs dynamically.
+__host__ __device__ inline bool DynamicJobs(const Grid& grid, const void* counter) {
+  return counter != nullptr && (!RaggedLayout(grid.shape) || grid.shape.num_groups <= kCachedGroups);
+}
+
+// All threads must call (barriers).
+__device__ inline void BuildGroupPrefix(const Grid& grid, const int32_t* group_sizes,
+                                        GroupPrefix& prefix) {
+  const GroupedShape& s = grid.shape;
+  const int64_t extent = mxfp8::RaggedExtent(s);
+  int64_t before[3] = {0, 0, 0};
+  for (int64_t chunk = 0; chunk < s.num_groups; chunk += blockDim.x) {
+    const int64_t g = chunk + threadIdx.x;
+    const int64_t size = g < s.num_groups ? mxfp8::ClampSize(group_sizes[g], extent) : 0;
+    int64_t size_end[1] = {size}, size_total[1];
+    BlockInclusiveSums<1>(size_end, size_total);
+    size_end[0] += before[0];
+    const int64_t begin = MinI64(extent, size_end[0] - size), end = MinI64(extent, size_end[0]);
+    const Region region = mxfp8::RaggedRegion(s, begin, end, 0, /*is_group=*/true);
+    int64_t ends[2] = {RegionTiles(region, grid.tile_cols),
+                       mxfp8::RaggedGroupScaleBytes(s, end - begin)};
+    int64_t totals[2];
+    BlockInclusiveSums<2>(ends, totals);
+    if (g < s.num_groups) {
+      prefix.size_end[g] = size_end[0];
+      prefix.tiles_end[g] = before[1] + ends[0];
+      prefix.bytes_end[g] = before[2] + ends[1];
+    }
+    before[0] += size_total[0];
+    before[1] += totals[0];
+    before[2] += totals[1];
+  }
+  __syncthreads();
+}
+
+// Job `job` of a ragged layout from the cached prefix sums (any thread, no barrier).
+__device__ inline TileJob LocateCachedRaggedJob(const Grid& grid, const GroupPrefix& prefix,
+                                                int64_t job) {
+  const GroupedShape& s = grid.shape;
+  const int64_t extent = mxfp8::RaggedExtent(s);
+  const int64_t groups = s.num_groups;
+  TileJob out;
+  ClearJob(out);
+  const int64_t tiles_total = groups > 0 ? prefix.tiles_end[groups - 1] : 0;
+  const int64_t size_total = groups > 0 ? prefix.size_end[groups - 1] : 0;
+  const int64_t bytes_total = groups > 0 ? prefix.bytes_end[groups - 1] : 0;
+  if (job < tiles_total) {
+    int64_t lo = 0, hi = groups - 1;  // the first group whose tiles end past the job
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (prefix.tiles_end[mid] > job) hi = mid; else lo = mid + 1;
+    }
+    const int64_t size_before = lo > 0 ? prefix.size_end[lo - 1] : 0;
+    const int64_t tiles_before = lo > 0 ? prefix.tiles_end[lo - 1] : 0;
+    const Region region = mxfp8::RaggedRegion(s, MinI64(extent, size_before),
+                                              MinI64(extent, prefix.size_end[lo]), 0,
+                                              /*is_group=*/true);
+    SetTile(out, region, job - tiles_before, grid.tile_cols);
+    out.region.scale_offset = lo > 0 ? prefix.bytes_end[lo - 1] : 0;
+    return out;
+  }
+  const Region tail = mxfp8::RaggedRegion(s, MinI64(extent, size_total), extent, bytes_total,
+                                          /*is_group=*/false);
+  if (job < tiles_total + RegionTiles(tail, grid.tile_cols)) {
+    SetTile(out, tail, job - tiles_total, grid.tile_cols);
+  } else if (job >= grid.data_tiles) {
+    out.tail_begin = bytes_total + (job - grid.data_tiles) * kTailChunkBytes;
+    out.tail_end = MinI64(grid.scale_bytes, out.tail_begin + kTailChunkBytes);
+  }
+  return out;
+}
+
+// Runs do_job(job) for every job of the call, each taken by whichever CTA asks for it next
+// from `counter` (zero at launch): CTAs on less loaded SMs take more jobs, so all end
+// together. The next job is asked for while the current one runs. All threads must call.
 template <typename DoJob>
-__device__ inline void ForEachJob(const Grid& grid, const int32_t* group_sizes, DoJob do_job) {
+__device__ inline void ForEachDynamicJob(const Grid& grid, const int32_t* group_sizes,
+                                         unsigned long long* counter, DoJob do_job) {
+  __shared__ GroupPrefix prefix;
+  __shared__ unsigned long long fetched[2];
+  const bool ragged = RaggedLayout(grid.shape);
+  if (ragged) BuildGroupPrefix(grid, group_sizes, prefix);
+  if (threadIdx.x == 0) fetched[0] = atomicAdd(counter, 1ull);
+  __syncthreads();
+  for (int round = 0;; ++round) {
+    const int64_t index = static_cast<int64_t>(fetched[round & 1]);
+    if (index >= grid.jobs) return;  // the same for every thread
+    unsigned long long next = 0;
+    if (threadIdx.x == 0) next = atomicAdd(counter, 1ull);
+    TileJob job;
+    if (ragged) {
+      job = LocateCachedRaggedJob(grid, prefix, index);
+    } else {
+      LocateSlotJob(grid, group_sizes, index, job);
+    }
+    do_job(job);
+    if (threadIdx.x == 0) fetched[(round + 1) & 1] = next;
+    __syncthreads();  // publishes the next index; fetched[round & 1] is rewritten a round later
+  }
+}
+
+// Runs do_job(job) for each of this CTA's jobs: dynamically when the launch passes a zeroed
+// `counter` (and a ragged call has at most kCachedGroups groups), else the CTA's static share
+// (jobs c, c + ctas, ...) located kJobsPerLocate at a time. All threads of the CTA must call.
+template <typename DoJob>
+__device__ inline void ForEachJob(const Grid& grid, const int32_t* group_sizes,
+                                  unsigned long long* counter, DoJob do_job) {
+  if (DynamicJobs(grid, counter)) {
+    ForEachDynamicJob(grid, group_sizes, counter, do_job);
+    return;
+  }
   __shared__ TileJob jobs[kJobsPerLocate];
   for (int64_t first = 0;; first += kJobsPerLocate) {
     const int count = LocateJobs(grid, group_sizes, first, jobs);
@@ -652,7 +775,7 @@ __device__ void QuantizeTile(const Grid& grid, const mxfp8::QuantizeOperands& o,
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
 __global__ void __launch_bounds__(kMaxThreads, kRow && kCol ? kMinCtasPerSmBoth : kMinCtasPerSm)
     QuantizeKernel(Grid grid, mxfp8::QuantizeOperands o, bool swizzled) {
-  ForEachJob(grid, o.group_sizes, [&](const TileJob& job) {
+  ForEachJob(grid, o.group_sizes, o.job_counter, [&](const TileJob& job) {
     if (job.has_tile) {
       QuantizeTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
     } else {
@@ -801,7 +924,7 @@ __device__ void DequantizeTile(const Grid& grid, const mxfp8::DequantizeOperands
 template <typename Out, Fp8Format kFormat>
 __global__ void __launch_bounds__(kMaxThreads, kMinCtasPerSm)
     DequantizeKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
-  ForEachJob(grid, o.group_sizes, [&](const TileJob& job) {
+  ForEachJob(grid, o.group_sizes, o.job_counter, [&](const TileJob& job) {
     if (job.has_tile) DequantizeTile<Out, kFormat>(grid, o, colwise, swizzled, job);
   });
 }
@@ -854,15 +977,16 @@ inline Grid MakeGrid(const GroupedShape& s, int vec, bool aligned) {
 }
 
 // CTAs to launch when `resident` of them fit on the GPU at once (SMs x CTAs per SM): at most one
-// wave, each CTA doing every ctas-th job, and as few CTAs as keep the most jobs per CTA: every
-// CTA then does the same number of jobs (but the last few), so none runs on alone at the end
-// (4295 jobs on 528 slots: 478 CTAs of 9 jobs, not 71 of 9 and 457 of 8).
-inline void SetCtas(Grid& grid, int64_t resident) {
+// wave. Dynamic jobs: every slot (a CTA takes jobs until none are left). Static: each CTA does
+// every ctas-th job, and as few CTAs as keep the most jobs per CTA: every CTA then does the
+// same number of jobs (but the last few), so none runs on alone at the end (4295 jobs on 528
+// slots: 478 CTAs of 9 jobs, not 71 of 9 and 457 of 8).
+inline void SetCtas(Grid& grid, int64_t resident, bool dynamic) {
   if (resident <= 0 || grid.jobs <= resident) {
     grid.ctas = grid.jobs;
     return;
   }
-  grid.ctas = CeilDiv(grid.jobs, CeilDiv(grid.jobs, resident));
+  grid.ctas = dynamic ? resident : CeilDiv(grid.jobs, CeilDiv(grid.jobs, resident));
 }
 
 // Grids of one call (the worst case over group sizes; jobs past the real tiles do nothing).
