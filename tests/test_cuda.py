@@ -132,3 +132,29 @@ def test_tensor_core_type_pairs_every_pass(case, in_dtype, out_dtype):
     assert reference.relative_error(out, expected[name]) < tolerance, name
     if name == "wgrad":
       assert np.all(np.asarray(out)[[i for i, s in enumerate(sizes) if s == 0]] == 0)
+
+
+@requires_gpu
+@pytest.mark.parametrize("in_dtype, out_dtype", _TYPE_PAIRS, ids=lambda t: jnp.dtype(t).name)
+def test_wgrad_streams_few_row_groups_beside_tensor_core_groups(in_dtype, out_dtype):
+  """Wgrad groups of at most 8 rows are streamed (ragged_k_streamed.cu) and larger ones run on
+  the tensor cores, in one call: sizes on both sides of the threshold, K not a multiple of
+  the streamed kernel's 64 output rows, N wider than one block's 2048 columns, sum < M.
+  Outputs are poisoned first (conftest); empty groups must come back as exact zeros."""
+  sizes = [0, 1, 2, 3, 4, 5, 8, 9, 16, 0, 7, 33]
+  m, k, n = sum(sizes) + 11, 200, 2056
+  rng = np.random.default_rng(7)
+  x = jnp.asarray(rng.standard_normal((m, k)), in_dtype)
+  dy = jnp.asarray(rng.standard_normal((m, n)), in_dtype)
+  dims = jax.lax.RaggedDotDimensionNumbers(
+      dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
+      rhs_group_dimensions=[])
+  out = jax.jit(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims,
+                                                       preferred_element_type=out_dtype))(
+      x, dy, jnp.asarray(sizes, jnp.int32))
+  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
+  expected = reference.ragged_k(f64(x), f64(dy), sizes, len(sizes))
+  tolerance = 1e-5 if out_dtype == jnp.float32 else 1e-2
+  for g, size in enumerate(sizes):
+    assert reference.relative_error(out[g], expected[g]) < tolerance, (g, size)
+  assert np.all(np.asarray(out)[[g for g, s in enumerate(sizes) if s == 0]] == 0)

@@ -32,28 +32,33 @@ So operands are dequantized to bf16 (the tensor-core GEMM) unless `precision`
 is HIGHEST or a plain operand is f32/f16, which give f32 (exact for every value,
 on the slower f32 kernel).
 
-Implementation status, plainly: the only backend today ("dequantize") runs the
-MXFP8 dequantize op on each MXFP8 operand in the orientation the GEMM needs
-and then the existing BF16 (or f32) grouped GEMM. That is NOT the fused
-dequantize-on-load kernel issue 6 asks for: a dequantized bf16 copy of each
-operand makes a round trip through HBM (written once, read by the GEMM), so
-MXFP8 is slower than BF16 here, not faster. It is the numerical reference and
-the CPU path.
-
-The backend seam: `choose_backend(problem)` picks an entry of BACKENDS for an
+Backends. `choose_backend(problem)` picks an entry of BACKENDS for an
 `MXFP8GemmProblem` (operands with their orientation resolved, group sizes,
-dimension numbers, result dtype) from static facts only, and the entry
-computes it. Planned entries (not built):
-  * "fused": one custom call whose CUDA handler picks by compute capability, as
-    ragged_dot_cuda.cu does for BF16: on sm_90 a grouped GEMM that loads fp8
-    tiles and scales, dequantizes in registers/shared memory and feeds bf16
-    wgmma (no HBM copy); on sm_100 a tcgen05 block-scaled grouped GEMM (CUTLASS
-    sm100 blockscaled array kernels or cuBLASLt VEC32_UE8M0 grouped) reading
-    the "swizzled" scales in place, group g's scales at
-    `scale_inv + scale_offsets(q)[g]` (colwise scales as the transposed operand,
-    which is how scale_layout.py lays them out); its CPU handler is this
-    module's reference path. choose_backend would return it when that target
-    is registered and the operands are in the layouts it reads.
+dimension numbers, result dtype) from static facts only:
+  * "fused_few_rows": the forward of groups averaging at most
+    FUSED_MAX_ROWS_PER_GROUP rows (decode, small experts), where the GEMM is a
+    stream of the weights. One custom call (MXFP8_RAGGED_M_TARGET): on CUDA a
+    kernel that reads the fp8 weights and their scales once per 8 group rows
+    and dequantizes them in registers (no bf16 copy in HBM), on the CPU the
+    portable reference. It takes x rowwise ("dense", or "varying_first" grouped
+    by this very group_sizes array) and w a colwise "same_dims" stack, compact
+    scales, K a multiple of 4, N of 8, no group_offset. Its products are the
+    exact f32 ones whatever `precision` says (more exact than the bf16 values
+    of "dequantize" only where those are inexact, see above).
+  * "dequantize" (everything else): the MXFP8 dequantize op on each MXFP8
+    operand in the orientation the GEMM needs, then the BF16 (or f32) grouped
+    GEMM. A dequantized bf16 copy of each operand makes a round trip through
+    HBM, so this is slower than BF16 (issue 6: the fused Hopper kernel for
+    compute-bound shapes, a mainloop converting fp8 tiles to bf16 in shared
+    memory before wgmma, is not built).
+
+Where the Blackwell path plugs in (not built): an sm_100 block-scaled grouped
+GEMM (CUTLASS sm100 blockscaled array kernels or cuBLASLt VEC32_UE8M0 grouped)
+reading the "swizzled" scales in place, group g's scales at
+`scale_inv + scale_offsets(q)[g]` (colwise scales as the transposed operand,
+which is how scale_layout.py lays them out), as a CUDA handler that picks by
+compute capability the way ragged_dot_cuda.cu does for BF16; choose_backend
+would return it for swizzled operands.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ import jax.numpy as jnp
 from jax import lax
 
 # From the module: the package attribute `ragged_dot` is the function.
+from jax_grouped_gemm import _native
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import ragged_dot_general as plain_ragged_dot_general
 from jax_grouped_gemm.mxfp8.quantize import dequantize
@@ -125,19 +131,70 @@ def _dequantize_backend(problem: MXFP8GemmProblem) -> jax.Array:
       preferred_element_type=problem.out_dtype, group_offset=problem.group_offset)
 
 
+# Groups averaging at most this many rows make the forward a stream of the weights, the
+# fused kernel's case; larger ones are compute-bound and run on the BF16 tensor cores.
+FUSED_MAX_ROWS_PER_GROUP = 16
+_FUSED_OUT_DTYPES = tuple(map(jnp.dtype, (jnp.bfloat16, jnp.float16, jnp.float32)))
+
+
+def _fused_few_rows_backend(problem: MXFP8GemmProblem) -> jax.Array:
+  """One call of the fused MXFP8 grouped GEMM (x rowwise . w colwise stack)."""
+  lhs, rhs = problem.lhs, problem.rhs
+  out = jax.ShapeDtypeStruct((lhs.tensor.shape[0], rhs.tensor.shape[2]), problem.out_dtype)
+  return jax.ffi.ffi_call(_native.MXFP8_RAGGED_M_TARGET, out, vmap_method="sequential")(
+      lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, problem.group_sizes.astype(jnp.int32),
+      lhs_grouped=lhs.tensor.layout == "varying_first")
+
+
 BACKENDS: dict[str, Callable[[MXFP8GemmProblem], jax.Array]] = {
     "dequantize": _dequantize_backend,
+    "fused_few_rows": _fused_few_rows_backend,
 }
 
 
-def choose_backend(problem: MXFP8GemmProblem) -> str:
-  """The BACKENDS entry that computes `problem`; static facts only (never device values).
+def fused_few_rows_misfit(problem: MXFP8GemmProblem) -> str | None:
+  """Why "fused_few_rows" cannot compute `problem` (None: it can); static facts only."""
+  lhs, rhs = problem.lhs, problem.rhs
+  if problem.ragged_contracting:
+    return "a ragged contraction (wgrad)"
+  if not (isinstance(lhs, MXFP8Operand) and isinstance(rhs, MXFP8Operand)):
+    return "a plain operand"
+  if _as_tuples(problem.dimension_numbers) != _as_tuples(BASIC_DIMENSION_NUMBERS):
+    return "not the forward's dimension numbers"
+  if lhs.colwise or not rhs.colwise:
+    return "not x rowwise and w colwise"
+  if lhs.tensor.scale_layout != "compact" or rhs.tensor.scale_layout != "compact":
+    return "swizzled scales"
+  if rhs.tensor.layout != "same_dims":
+    return "w is not a stack"
+  if lhs.tensor.layout == "varying_first":
+    if lhs.tensor.group_sizes is not problem.group_sizes:
+      return "x is grouped by another group_sizes array"
+  elif lhs.tensor.layout != "dense":
+    return f"x has layout {lhs.tensor.layout!r}"
+  if problem.group_offset is not None:
+    return "a group_offset"
+  if problem.group_sizes.ndim != 1:
+    return "batched group sizes"
+  (m, k), n = lhs.tensor.shape, rhs.tensor.shape[2]
+  if k % 4 or n % 8:
+    return f"K = {k} not a multiple of 4 or N = {n} not a multiple of 8"
+  if problem.out_dtype not in _FUSED_OUT_DTYPES:
+    return f"result dtype {problem.out_dtype}"
+  if m > FUSED_MAX_ROWS_PER_GROUP * rhs.tensor.shape[0]:
+    return f"more than {FUSED_MAX_ROWS_PER_GROUP} rows per group on average (compute-bound)"
+  return None
 
-  Today always "dequantize": no fused kernel is built (see the module doc for
-  where "fused" plugs in and when it would be chosen).
-  """
-  del problem
-  return "dequantize"
+
+def _as_tuples(dims: lax.RaggedDotDimensionNumbers):
+  (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dims.dot_dimension_numbers
+  return tuple(tuple(axes) for axes in (lhs_contract, rhs_contract, lhs_batch, rhs_batch,
+                                        dims.lhs_ragged_dimensions, dims.rhs_group_dimensions))
+
+
+def choose_backend(problem: MXFP8GemmProblem) -> str:
+  """The BACKENDS entry that computes `problem`; static facts only (never device values)."""
+  return "fused_few_rows" if fused_few_rows_misfit(problem) is None else "dequantize"
 
 
 def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None,

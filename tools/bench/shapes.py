@@ -106,6 +106,9 @@ ANCHOR_SHAPES: tuple[GroupedGemmShape, ...] = _BASE + tuple(
     # 4 rows per expert on average: each expert's weights are read for a handful
     # of rows, so the time is the weight bytes over memory bandwidth.
     _anchor("decode", 256, 4096, 1536, 64, bound="weight_bandwidth"),
+    # The same with Zipf routing: a few experts get tens of rows, many get 0-2.
+    _anchor("decode-zipf", 256, 4096, 1536, 64, bound="weight_bandwidth", routing="zipf",
+            seed=1),
 )
 
 

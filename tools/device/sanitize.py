@@ -19,6 +19,9 @@ CASES = [  # (M, K, N, group sizes)
     (77, 24, 40, [13, 0, 29, 1]),
     (77, 31, 45, [13, 0, 29, 1]),
     (1, 8, 8, [1, 0]),
+    # wgrad: streamed groups (<= 8 rows) beside tensor-core ones; K not a multiple of 64,
+    # N over one streamed block's 2048 columns.
+    (60, 72, 2056, [0, 1, 2, 3, 4, 5, 8, 9, 16, 0, 7]),
 ]
 
 

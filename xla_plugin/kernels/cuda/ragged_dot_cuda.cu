@@ -13,6 +13,7 @@
 
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/ragged_dot_simt.h"
+#include "xla_plugin/kernels/cuda/ragged_k_streamed.h"
 #include "xla_plugin/kernels/cuda/ragged_schedule.h"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
 
@@ -93,6 +94,18 @@ cudaError_t DispatchTensorCoreTypes(ElementType in, ElementType out, Run&& run) 
               : run(TypeTag<ElementType::kF16>{}, TypeTag<ElementType::kF16>{});
 }
 
+// Wgrad groups of at most this many rows are streamed (ragged_k_streamed.h), the
+// others go to the tensor cores. JGG_WGRAD_STREAMED_ROWS=0..8 overrides it for tuning
+// (0: only empty groups are streamed).
+int WgradStreamedRows() {
+  static const int rows = [] {
+    const char* value = std::getenv("JGG_WGRAD_STREAMED_ROWS");
+    const int parsed = value == nullptr ? kStreamedMaxRows : std::atoi(value);
+    return parsed < 0 || parsed > kStreamedMaxRows ? kStreamedMaxRows : parsed;
+  }();
+  return rows;
+}
+
 // Tile choice by static shape: groups averaging at most 128 rows leave most of
 // a 128-row tile empty and are bound by streaming weights, so they take the
 // 64-row ping-pong tile; larger groups the 128x256 cooperative one.
@@ -147,10 +160,12 @@ cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cuda
     return LaunchRaggedKSimt(p, o, stream);
   if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
                                            p.rows, 1, o, stream); e != cudaSuccess) return e;
-  if (cudaError_t e = LaunchZeroEmptyGroups(p, o, stream); e != cudaSuccess) return e;
+  const int streamed_rows = WgradStreamedRows();
+  if (cudaError_t e = LaunchRaggedKStreamed(p, o, streamed_rows, stream); e != cudaSuccess)
+    return e;
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
   return DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
-    return sm90::RaggedK<decltype(in)::value, decltype(out)::value>(p, o, launch);
+    return sm90::RaggedK<decltype(in)::value, decltype(out)::value>(p, o, launch, streamed_rows);
   });
 }
 

@@ -4,11 +4,9 @@
 // GPUs) and the reference the tensor-core path is tested against on the GPU.
 #include "xla_plugin/kernels/cuda/ragged_dot_simt.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "xla_plugin/common/ragged_layout.h"
 #include "xla_plugin/common/workspace.h"
+#include "xla_plugin/kernels/cuda/float_convert.cuh"
 #include "xla_plugin/kernels/cuda/ragged_schedule.h"
 
 namespace jgg::cuda {
@@ -17,15 +15,6 @@ namespace {
 constexpr int kTileM = 64, kTileN = 64, kTileK = 16;
 constexpr int kThreads = 256;  // 16 x 16 threads, each owning a 4 x 4 strided micro-tile
 constexpr int kMicro = 4;
-
-__device__ inline float ToFloat(float v) { return v; }
-__device__ inline float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float ToFloat(__half v) { return __half2float(v); }
-
-template <typename O> __device__ inline O FromFloat(float v);
-template <> __device__ inline float FromFloat<float>(float v) { return v; }
-template <> __device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ inline __half FromFloat<__half>(float v) { return __float2half_rn(v); }
 
 // acc[i][j] covers row ty + 16 i, column tx + 16 j of the tile.
 struct Accumulator {

@@ -105,15 +105,6 @@ __global__ void ZeroUncoveredRowsKernel(RaggedMProblem p, char* out, int64_t ele
   ZeroBytes(out_b, s.row_begin[p.num_local_groups] * row_bytes, p.rows * row_bytes);
 }
 
-__global__ void ZeroEmptyGroupsKernel(RaggedKProblem p, char* out, int64_t element_bytes,
-                                      const void* workspace) {
-  const int64_t g = blockIdx.y / p.batch, b = blockIdx.y % p.batch;
-  const RaggedSchedule s = ScheduleOfBatch(const_cast<void*>(workspace), b, p.num_local_groups);
-  if (s.row_begin[g + 1] != s.row_begin[g]) return;
-  const int64_t matrix_bytes = p.p * p.n * element_bytes;
-  ZeroBytes(out + (g * p.batch + b) * matrix_bytes, 0, matrix_bytes);
-}
-
 constexpr int kFillThreads = 256, kFillBlocks = 32;
 
 }  // namespace
@@ -130,14 +121,6 @@ cudaError_t LaunchZeroUncoveredRows(const RaggedMProblem& p, const RaggedOperand
                                     cudaStream_t stream) {
   ZeroUncoveredRowsKernel<<<dim3(kFillBlocks, p.batch), kFillThreads, 0, stream>>>(
       p, static_cast<char*>(o.out), ElementBytes(p.out_type), o.workspace);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchZeroEmptyGroups(const RaggedKProblem& p, const RaggedOperands& o,
-                                  cudaStream_t stream) {
-  ZeroEmptyGroupsKernel<<<dim3(kFillBlocks, p.num_local_groups * p.batch), kFillThreads, 0,
-                          stream>>>(p, static_cast<char*>(o.out), ElementBytes(p.out_type),
-                                    o.workspace);
   return cudaGetLastError();
 }
 

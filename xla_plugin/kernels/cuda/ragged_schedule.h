@@ -1,6 +1,6 @@
 // Device-side preparation shared by every CUDA ragged GEMM path: the group
 // schedule (row and tile boundaries per batch entry, into the workspace) and
-// the zero fill of outputs no group writes.
+// the zero fill of forward/dgrad rows no group covers.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_SCHEDULE_H_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_SCHEDULE_H_
 
@@ -21,10 +21,6 @@ cudaError_t LaunchRaggedSchedule(int64_t batch, int64_t num_global_groups,
 // RaggedM: zeroes out[b, r, :] for the rows r of no local group (reads the schedule).
 cudaError_t LaunchZeroUncoveredRows(const RaggedMProblem& problem, const RaggedOperands& operands,
                                     cudaStream_t stream);
-
-// RaggedK: zeroes out[g, b] for every empty local group (reads the schedule).
-cudaError_t LaunchZeroEmptyGroups(const RaggedKProblem& problem, const RaggedOperands& operands,
-                                  cudaStream_t stream);
 
 }  // namespace jgg::cuda
 

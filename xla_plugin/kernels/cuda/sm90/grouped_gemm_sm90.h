@@ -42,9 +42,11 @@ enum class Tile { kLarge, kSmallM };
 // Forward (B = rhs row-major [K, N]) or, with kRhsTransposed, dgrad (B read column-major).
 template <ElementType kIn, ElementType kOut, Tile kTile, bool kRhsTransposed>
 cudaError_t RaggedM(const RaggedMProblem& p, const RaggedOperands& o, const GroupedLaunch& l);
-// Wgrad (ragged contracting dimension), large tiles.
+// Wgrad (ragged contracting dimension), large tiles. Groups of at most left_rows (>= 0)
+// rows, empty ones included, are left untouched for the caller to write.
 template <ElementType kIn, ElementType kOut>
-cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l);
+cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l,
+                    int left_rows);
 
 }  // namespace jgg::cuda::sm90
 

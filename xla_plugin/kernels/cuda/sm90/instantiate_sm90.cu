@@ -11,7 +11,7 @@ namespace jgg::cuda::sm90 {
 
 #if JGG_SM90_RAGGED_K
 template cudaError_t RaggedK<ElementType::JGG_SM90_IN, ElementType::JGG_SM90_OUT>(
-    const RaggedKProblem&, const RaggedOperands&, const GroupedLaunch&);
+    const RaggedKProblem&, const RaggedOperands&, const GroupedLaunch&, int);
 #else
 template cudaError_t RaggedM<ElementType::JGG_SM90_IN, ElementType::JGG_SM90_OUT,
                              Tile::JGG_SM90_TILE, JGG_SM90_RHS_TRANSPOSED>(

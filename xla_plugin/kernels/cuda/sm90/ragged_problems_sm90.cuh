@@ -31,9 +31,10 @@ struct RaggedMProblems {
 };
 
 // RaggedK: problem (g, b) is lhs[b, rows of g]^T [P, m_g] . rhs[b, rows of g] [m_g, N]
-// -> out[g, b] [P, N]. A is lhs read column-major in place. An empty group
-// gets an empty problem (M = 0: no tiles) and is zero-filled separately, since
-// a GEMM with K = 0 has no defined epilogue in CUTLASS.
+// -> out[g, b] [P, N]. A is lhs read column-major in place. A group of at most
+// `left_rows` rows gets an empty problem (M = 0: no tiles) and is written by the
+// caller: empty groups always are, since a GEMM with K = 0 has no defined
+// epilogue in CUTLASS.
 template <class T, class O>
 struct RaggedKProblems {
   RaggedKProblem p;
@@ -41,23 +42,25 @@ struct RaggedKProblems {
   const T* rhs;
   O* out;
   void* workspace;
+  int left_rows;
 
   __device__ ProblemDescription operator()(int64_t index) const {
     const int64_t g = index / p.batch, b = index % p.batch;
     const RaggedSchedule s = ScheduleOfBatch(workspace, b, p.num_local_groups);
     const int64_t begin = s.row_begin[g], rows = s.row_begin[g + 1] - begin;
-    const int m = rows == 0 ? 0 : static_cast<int>(p.p);
+    const int m = rows <= left_rows ? 0 : static_cast<int>(p.p);
     return {m, static_cast<int>(p.n), static_cast<int>(rows), lhs + (b * p.rows + begin) * p.p,
             rhs + (b * p.rows + begin) * p.n, out + (g * p.batch + b) * p.p * p.n};
   }
 };
 
-template <class G, class Problem, class P>
-cudaError_t RunRagged(const P& p, const RaggedOperands& o, const GroupedLaunch& launch) {
+template <class G, class Problem, class P, class... Extra>
+cudaError_t RunRagged(const P& p, const RaggedOperands& o, const GroupedLaunch& launch,
+                      Extra... extra) {
   using T = typename G::A;
   using O = typename G::D;
   const Problem problems{p, static_cast<const T*>(o.lhs), static_cast<const T*>(o.rhs),
-                         static_cast<O*>(o.out), o.workspace};
+                         static_cast<O*>(o.out), o.workspace, extra...};
   return RunGrouped<G>(p.num_local_groups * p.batch, problems, launch);
 }
 
@@ -82,11 +85,12 @@ cudaError_t RaggedM(const RaggedMProblem& p, const RaggedOperands& o, const Grou
 }
 
 template <ElementType kIn, ElementType kOut>
-cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l) {
+cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l,
+                    int left_rows) {
   using G = GroupedGemm<Cooperative128x256, typename CutlassElement<kIn>::type,
                         typename CutlassElement<kOut>::type, cutlass::layout::ColumnMajor,
                         cutlass::layout::RowMajor>;
-  return RunRagged<G, RaggedKProblems<typename G::A, typename G::D>>(p, o, l);
+  return RunRagged<G, RaggedKProblems<typename G::A, typename G::D>>(p, o, l, left_rows);
 }
 
 }  // namespace jgg::cuda::sm90

@@ -1,0 +1,75 @@
+// The fused MXFP8 grouped GEMM (forward orientation, ragged M): what it computes and where
+// its operands' scales live. Shared by the CPU and CUDA kernels.
+//
+//   out[m, :] = deq(lhs)[m, :] . deq(rhs)[g]    for the rows m of group g,
+//
+// lhs [M, K] rowwise (1x32 blocks along K), rhs [G, K, N] colwise (32x1 blocks along K: the
+// forward's weight stack), both with compact scales (mxfp8_layout.h). deq(q) = q * 2^(e - 127),
+// exact in f32 (every finite MXFP8 value is an f32); products are accumulated in f32 and the
+// sum rounded once to the result type. Group sizes clamp as for every ragged GEMM (negative
+// counts as 0, running sums stop at M); rows of no group are 0.
+//
+// The lhs scales are either one [M, K] matrix ("dense" lhs) or grouped by this GEMM's own
+// group sizes ("varying_first" lhs, `lhs_grouped`): group g's scale rows then start at the sum
+// of GroupScaleBytes(rows_g', K) over the groups g' before it.
+#ifndef JGG_XLA_PLUGIN_COMMON_MXFP8_GEMM_PROBLEM_H_
+#define JGG_XLA_PLUGIN_COMMON_MXFP8_GEMM_PROBLEM_H_
+
+#include <cstdint>
+
+#include "xla_plugin/common/element_types.h"
+#include "xla_plugin/common/mxfp8_layout.h"
+#include "xla_plugin/common/mxfp8_math.h"
+
+namespace jgg::mxfp8 {
+
+struct RaggedMProblem {
+  int64_t rows, k, n, num_groups;  // lhs [rows, k], rhs [num_groups, k, n]
+  Fp8Format lhs_format, rhs_format;
+  bool lhs_grouped;
+  ElementType out_type;
+};
+
+struct RaggedMOperands {
+  const uint8_t* lhs;
+  const uint8_t* lhs_scales;
+  const uint8_t* rhs;
+  const uint8_t* rhs_scales;
+  const int32_t* group_sizes;  // [num_groups]
+  void* out;                   // [rows, n]
+};
+
+// Bytes of each operand's scale buffer, as the quantize op lays them out.
+JGG_HOST_DEVICE inline int64_t LhsScaleBytes(const RaggedMProblem& p) {
+  const GroupedLayout layout = p.lhs_grouped ? GroupedLayout::kVaryingFirst : GroupedLayout::kSameDims;
+  return ScaleBufferBytes({layout, p.lhs_grouped ? p.num_groups : 1, p.rows, p.k});
+}
+
+JGG_HOST_DEVICE inline int64_t RhsScaleBytes(const RaggedMProblem& p) {
+  return ScaleBufferBytes({GroupedLayout::kSameDims, p.num_groups, p.k, p.n});
+}
+
+// Row stride of the lhs scale matrices (one byte per 32 elements of a row, padded).
+JGG_HOST_DEVICE inline int64_t LhsScaleRowBytes(const RaggedMProblem& p) {
+  return GroupScaleMatrix(1, p.k, /*colwise=*/false).padded_cols;
+}
+
+// Row stride of a group's rhs scale matrix (one row per 32 rows of K, one byte per column).
+JGG_HOST_DEVICE inline int64_t RhsScaleRowBytes(const RaggedMProblem& p) {
+  return GroupScaleMatrix(p.k, p.n, /*colwise=*/true).padded_cols;
+}
+
+JGG_HOST_DEVICE inline int64_t RhsGroupScaleBytes(const RaggedMProblem& p) {
+  return GroupScaleBytes(p.k, p.n);
+}
+
+// Byte offset of the scale row of lhs row `row` (in group `group_row` rows from its first
+// row, whose group's scales start at `group_scale_offset` when lhs_grouped).
+JGG_HOST_DEVICE inline int64_t LhsScaleRowOffset(const RaggedMProblem& p, int64_t row,
+                                                 int64_t group_scale_offset, int64_t group_row) {
+  return (p.lhs_grouped ? group_scale_offset + group_row : row) * LhsScaleRowBytes(p);
+}
+
+}  // namespace jgg::mxfp8
+
+#endif  // JGG_XLA_PLUGIN_COMMON_MXFP8_GEMM_PROBLEM_H_
