@@ -23,8 +23,19 @@ def test_tiny_shape_times_checks_and_reports_every_pass(tmp_path):
     assert r["bf16"]["runs"] == r["mxfp8"]["runs"] == 2
     assert r["speedup"] > 0 and r["target_speedup"] == 1.0
     assert r["check_rel_err"] < 1e-2  # against the BF16 GEMM of the dequantized operands
+    assert r["backend"] == "dequantize"  # 24 rows per group: compute-bound
   saved = json.loads((tmp_path / "mxfp8_gemm_bench.json").read_text())
-  assert saved["path"] == "dequantize"
+  assert [r["backend"] for r in saved["records"]] == ["dequantize"] * len(shapes_lib.PASSES)
   table = (tmp_path / "mxfp8_gemm_bench.md").read_text()
-  assert "not the fused dequantize-on-load kernel" in table
-  assert "| tiny | 96, 64, 48, 4 | wgrad | compute |" in table
+  assert "| tiny | 96, 64, 48, 4 | wgrad | compute | dequantize |" in table
+
+
+def test_few_rows_per_group_forward_runs_the_fused_backend(tmp_path):
+  shape = shapes_lib.GroupedGemmShape("tiny-decode", 16, 64, 48, 4, bound="weight_bandwidth")
+  result = mxfp8_gemm_bench.run([shape], ["fwd"], str(tmp_path), calls=2, runs=2,
+                                log=lambda _: None)
+  record, = result["records"]
+  assert record["backend"] == "fused_few_rows" and record["target_speedup"] == 1.3
+  assert record["check_rel_err"] < 1e-2
+  table = (tmp_path / "mxfp8_gemm_bench.md").read_text()
+  assert "| tiny-decode | 16, 64, 48, 4 | fwd | weight_bandwidth | fused_few_rows |" in table

@@ -28,6 +28,7 @@ constexpr const char kMxfp8QuantizeTarget[] = "jgg_mxfp8_quantize_v2";
 constexpr const char kMxfp8DequantizeTarget[] = "jgg_mxfp8_dequantize_v2";
 constexpr const char kMxfp8QuantizeTargetV1[] = "jgg_mxfp8_quantize_v1";
 constexpr const char kMxfp8DequantizeTargetV1[] = "jgg_mxfp8_dequantize_v1";
+constexpr const char kMxfp8RaggedMTarget[] = "jgg_mxfp8_ragged_m_v1";
 
 nb::capsule Capsule(XLA_FFI_Handler* handler) {
   return nb::capsule(reinterpret_cast<void*>(handler));
@@ -41,6 +42,7 @@ nb::dict Registrations() {
   cpu[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeV2Cpu);
   cpu[kMxfp8QuantizeTargetV1] = Capsule(JggMxfp8QuantizeCpu);
   cpu[kMxfp8DequantizeTargetV1] = Capsule(JggMxfp8DequantizeCpu);
+  cpu[kMxfp8RaggedMTarget] = Capsule(JggMxfp8RaggedMCpu);
   nb::dict platforms;
   platforms["cpu"] = cpu;
 #ifdef JGG_WITH_CUDA
@@ -51,6 +53,7 @@ nb::dict Registrations() {
   cuda[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeV2Cuda);
   cuda[kMxfp8QuantizeTargetV1] = Capsule(JggMxfp8QuantizeCuda);
   cuda[kMxfp8DequantizeTargetV1] = Capsule(JggMxfp8DequantizeCuda);
+  cuda[kMxfp8RaggedMTarget] = Capsule(JggMxfp8RaggedMCuda);
   platforms["CUDA"] = cuda;
 #endif
   return platforms;
@@ -87,6 +90,7 @@ NB_MODULE(_jgg_native, m) {
         "2 varying last, 3 varying both).");
   m.attr("MXFP8_QUANTIZE_TARGET") = kMxfp8QuantizeTarget;
   m.attr("MXFP8_DEQUANTIZE_TARGET") = kMxfp8DequantizeTarget;
+  m.attr("MXFP8_RAGGED_M_TARGET") = kMxfp8RaggedMTarget;
   m.attr("MXFP8_LEGACY_TARGETS") = nb::make_tuple(kMxfp8QuantizeTargetV1, kMxfp8DequantizeTargetV1);
   m.attr("MXFP8_WORKSPACE_BYTES") = jgg::kMxfp8WorkspaceBytes;
 #ifdef JGG_WITH_CUDA

@@ -40,9 +40,9 @@ dimension numbers, result dtype) from static facts only:
     stream of the weights. One custom call (MXFP8_RAGGED_M_TARGET): on CUDA a
     kernel that reads the fp8 weights and their scales once per 8 group rows
     and dequantizes them in registers (no bf16 copy in HBM), on the CPU the
-    portable reference. It takes x rowwise ("dense", or "varying_first" grouped
-    by this very group_sizes array) and w a colwise "same_dims" stack, compact
-    scales, K a multiple of 4, N of 8, no group_offset. Its products are the
+    portable reference. It takes x rowwise ("dense" or "varying_first", grouped
+    by any sizes) and w a colwise "same_dims" stack, compact scales, K a
+    multiple of 4, N of 8, no group_offset. Its products are the
     exact f32 ones whatever `precision` says (more exact than the bf16 values
     of "dequantize" only where those are inexact, see above).
   * "dequantize" (everything else): the MXFP8 dequantize op on each MXFP8
@@ -141,9 +141,11 @@ def _fused_few_rows_backend(problem: MXFP8GemmProblem) -> jax.Array:
   """One call of the fused MXFP8 grouped GEMM (x rowwise . w colwise stack)."""
   lhs, rhs = problem.lhs, problem.rhs
   out = jax.ShapeDtypeStruct((lhs.tensor.shape[0], rhs.tensor.shape[2]), problem.out_dtype)
+  lhs_grouped = lhs.tensor.layout == "varying_first"
+  lhs_group_sizes = lhs.tensor.group_sizes if lhs_grouped else jnp.zeros((0,), jnp.int32)
   return jax.ffi.ffi_call(_native.MXFP8_RAGGED_M_TARGET, out, vmap_method="sequential")(
       lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, problem.group_sizes.astype(jnp.int32),
-      lhs_grouped=lhs.tensor.layout == "varying_first")
+      lhs_group_sizes.astype(jnp.int32), lhs_grouped=lhs_grouped)
 
 
 BACKENDS: dict[str, Callable[[MXFP8GemmProblem], jax.Array]] = {
@@ -167,10 +169,7 @@ def fused_few_rows_misfit(problem: MXFP8GemmProblem) -> str | None:
     return "swizzled scales"
   if rhs.tensor.layout != "same_dims":
     return "w is not a stack"
-  if lhs.tensor.layout == "varying_first":
-    if lhs.tensor.group_sizes is not problem.group_sizes:
-      return "x is grouped by another group_sizes array"
-  elif lhs.tensor.layout != "dense":
+  if lhs.tensor.layout not in ("dense", "varying_first"):
     return f"x has layout {lhs.tensor.layout!r}"
   if problem.group_offset is not None:
     return "a group_offset"

@@ -1,4 +1,4 @@
-"""MXFP8 grouped GEMM (the path jgg.mxfp8.ragged_dot_general runs today) vs our BF16 grouped GEMM.
+"""MXFP8 grouped GEMM (jgg.mxfp8.ragged_dot_general, whichever backend it picks) vs our BF16 one.
 
 Run on the GPU machine from the repository root:
 
@@ -13,13 +13,13 @@ For every anchor shape of tools/bench/shapes.py and every pass (fwd, dgrad, wgra
 speedup = BF16 time / MXFP8 time. SPEC section 8 targets: >= 1.0x on compute-bound shapes,
 >= 1.3x on the weight-bandwidth-bound (decode) shape.
 
-Today's MXFP8 path dequantizes each operand to a bf16 copy in HBM and then runs the BF16
-grouped GEMM, so it is slower than BF16 by the dequantize passes and cannot meet those
-targets; the report says so. The fused dequantize-on-load kernel (issue 6) is what would.
+Each row names the backend mxfp8_gemm.choose_backend picked: "fused_few_rows" (the forward
+of few rows per group, weights dequantized in registers) or "dequantize" (a bf16 copy of each
+operand in HBM, then the BF16 grouped GEMM: slower than BF16 by the dequantize passes).
 
 check_rel_err: ||MXFP8 - BF16 GEMM of the dequantized operands|| / ||the latter||, on the
-full output (0 by construction on today's path; a fused kernel must stay at f32-accumulation
-level). Timing: jax_loop.LoopTimer (jitted fori_loops of --calls calls, the compiled loop
+full output (0 by construction on the dequantize path; f32-accumulation level on the fused
+one). Timing: jax_loop.LoopTimer (jitted fori_loops of --calls calls, the compiled loop
 read for hoisted work and copies, --runs >= 20 timed runs, the median). Writes
 mxfp8_gemm_bench.json and mxfp8_gemm_bench.md to --out.
 """
@@ -33,10 +33,9 @@ from tools.bench import shapes as shapes_lib
 from tools.bench import worker_protocol as wp
 
 TARGET_SPEEDUP = {"compute": 1.0, "weight_bandwidth": 1.3}
-PATH_NOTE = ("MXFP8 path measured: dequantize each operand to a bf16 copy in HBM, then the BF16 "
-             "grouped GEMM (not the fused dequantize-on-load kernel, which is not built yet). "
-             "It moves more bytes and does more work than BF16, so the targets are not expected "
-             "to be met.")
+PATH_NOTE = ("backend: fused_few_rows = the fused kernel (fp8 weights dequantized in registers); "
+             "dequantize = a bf16 copy of each operand in HBM, then the BF16 grouped GEMM (more "
+             "bytes and work than BF16: below target by construction).")
 # (lhs tensor, its orientation is colwise, rhs tensor, colwise) of each pass.
 ORIENTATIONS = {"fwd": ("x", False, "w", True), "dgrad": ("dy", False, "w", False),
                 "wgrad": ("x", True, "dy", True)}
@@ -86,6 +85,13 @@ def _bf16_fn(pass_name):
   return lambda lhs, rhs, group_sizes: jgg.ragged_dot_general(lhs, rhs, group_sizes, dims)
 
 
+def _backend(pass_name, lhs, rhs, group_sizes) -> str:
+  from jax_grouped_gemm import mxfp8_gemm
+
+  dims = jax_competitors._dimension_numbers(pass_name)
+  return mxfp8_gemm.choose_backend(mxfp8_gemm.resolve_problem(lhs, rhs, group_sizes, dims))
+
+
 def _check_rel_err(pass_name, lhs, rhs, group_sizes, out) -> float:
   """Against the BF16 GEMM of the dequantized operands, on the device, in f32."""
   import jax
@@ -125,6 +131,7 @@ def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print) -> dict:
         lhs_name, _, rhs_name, _ = ORIENTATIONS[pass_name]
         bf16 = timer(_bf16_fn(pass_name), (tensors[lhs_name], tensors[rhs_name], group_sizes))
         lhs, rhs = _quantized(tensors, group_sizes, pass_name)
+        record["backend"] = _backend(pass_name, lhs, rhs, group_sizes)
         fn = _mxfp8_fn(pass_name, lhs.layout, rhs.layout)
         leaves = (*_leaves(lhs), *_leaves(rhs), group_sizes)
         mxfp8 = timer(fn, leaves)
@@ -143,12 +150,12 @@ def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print) -> dict:
                     tflops_bf16=shape.flops() / bf16["seconds"] / 1e12,
                     tflops_mxfp8=shape.flops() / mxfp8["seconds"] / 1e12)
       records.append(record)
-      log(f"{shape.name:>18} {pass_name:>5}: BF16 {bf16['seconds'] * 1e3:8.3f} ms  MXFP8 "
+      log(f"{shape.name:>18} {pass_name:>5} [{record['backend']}]: BF16 {bf16['seconds'] * 1e3:8.3f} ms  MXFP8 "
           f"{mxfp8['seconds'] * 1e3:8.3f} ms  {speedup:5.2f}x (target "
           f"{record['target_speedup']:.1f}x)  check {check:.1e}")
   operands_of.clear()
   result = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
-            "path": "dequantize", "note": PATH_NOTE, "calls": calls, "runs": runs,
+            "note": PATH_NOTE, "calls": calls, "runs": runs,
             "records": records}
   table = markdown(result)
   wp.save_results(out_dir, "mxfp8_gemm_bench", result, table)
@@ -163,17 +170,17 @@ def markdown(result: dict) -> str:
            f"{result['runs']} runs of {result['calls']} calls.", "", result["note"], "",
            f"Targets met: {met} of {len(timed)} timed entries"
            f"{'' if len(timed) == len(result['records']) else ' (some entries failed)'}.", "",
-           "| shape | M, K, N, G | pass | bound | BF16 ms | MXFP8 ms | BF16 TFLOP/s | "
+           "| shape | M, K, N, G | pass | bound | backend | BF16 ms | MXFP8 ms | BF16 TFLOP/s | "
            "MXFP8 TFLOP/s | speedup | target | met | check rel err |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in result["records"]:
     dims = ", ".join(map(str, r["dims"]))
     if "error" in r:
-      lines.append(f"| {r['shape']} | {dims} | {r['pass_name']} | {r['bound']} | n/a: "
-                   f"{r['error']} | | | | | | | |")
+      lines.append(f"| {r['shape']} | {dims} | {r['pass_name']} | {r['bound']} | "
+                   f"{r.get('backend', '')} | n/a: {r['error']} | | | | | | | |")
       continue
     lines.append(
-        f"| {r['shape']} | {dims} | {r['pass_name']} | {r['bound']} | "
+        f"| {r['shape']} | {dims} | {r['pass_name']} | {r['bound']} | {r['backend']} | "
         f"{r['bf16']['seconds'] * 1e3:.3f} | {r['mxfp8']['seconds'] * 1e3:.3f} | "
         f"{r['tflops_bf16']:.0f} | {r['tflops_mxfp8']:.0f} | {r['speedup']:.2f}x | "
         f">= {r['target_speedup']:.1f}x | {'yes' if r['meets_target'] else 'no'} | "

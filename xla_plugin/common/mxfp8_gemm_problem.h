@@ -9,9 +9,9 @@
 // sum rounded once to the result type. Group sizes clamp as for every ragged GEMM (negative
 // counts as 0, running sums stop at M); rows of no group are 0.
 //
-// The lhs scales are either one [M, K] matrix ("dense" lhs) or grouped by this GEMM's own
-// group sizes ("varying_first" lhs, `lhs_grouped`): group g's scale rows then start at the sum
-// of GroupScaleBytes(rows_g', K) over the groups g' before it.
+// The lhs is either one [M, K] matrix ("dense") or row groups of its own ("varying_first",
+// lhs_group_sizes [lhs_num_groups], which need not be the GEMM's: its groups' scale
+// matrices lie one after another, and lhs rows of no lhs group are 0).
 #ifndef JGG_XLA_PLUGIN_COMMON_MXFP8_GEMM_PROBLEM_H_
 #define JGG_XLA_PLUGIN_COMMON_MXFP8_GEMM_PROBLEM_H_
 
@@ -27,6 +27,7 @@ struct RaggedMProblem {
   int64_t rows, k, n, num_groups;  // lhs [rows, k], rhs [num_groups, k, n]
   Fp8Format lhs_format, rhs_format;
   bool lhs_grouped;
+  int64_t lhs_num_groups;  // when lhs_grouped
   ElementType out_type;
 };
 
@@ -35,14 +36,15 @@ struct RaggedMOperands {
   const uint8_t* lhs_scales;
   const uint8_t* rhs;
   const uint8_t* rhs_scales;
-  const int32_t* group_sizes;  // [num_groups]
-  void* out;                   // [rows, n]
+  const int32_t* group_sizes;      // [num_groups]
+  const int32_t* lhs_group_sizes;  // [lhs_num_groups] when lhs_grouped
+  void* out;                       // [rows, n]
 };
 
 // Bytes of each operand's scale buffer, as the quantize op lays them out.
 JGG_HOST_DEVICE inline int64_t LhsScaleBytes(const RaggedMProblem& p) {
   const GroupedLayout layout = p.lhs_grouped ? GroupedLayout::kVaryingFirst : GroupedLayout::kSameDims;
-  return ScaleBufferBytes({layout, p.lhs_grouped ? p.num_groups : 1, p.rows, p.k});
+  return ScaleBufferBytes({layout, p.lhs_grouped ? p.lhs_num_groups : 1, p.rows, p.k});
 }
 
 JGG_HOST_DEVICE inline int64_t RhsScaleBytes(const RaggedMProblem& p) {
@@ -61,13 +63,6 @@ JGG_HOST_DEVICE inline int64_t RhsScaleRowBytes(const RaggedMProblem& p) {
 
 JGG_HOST_DEVICE inline int64_t RhsGroupScaleBytes(const RaggedMProblem& p) {
   return GroupScaleBytes(p.k, p.n);
-}
-
-// Byte offset of the scale row of lhs row `row` (in group `group_row` rows from its first
-// row, whose group's scales start at `group_scale_offset` when lhs_grouped).
-JGG_HOST_DEVICE inline int64_t LhsScaleRowOffset(const RaggedMProblem& p, int64_t row,
-                                                 int64_t group_scale_offset, int64_t group_row) {
-  return (p.lhs_grouped ? group_scale_offset + group_row : row) * LhsScaleRowBytes(p);
 }
 
 }  // namespace jgg::mxfp8

@@ -20,5 +20,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8QuantizeV2Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8DequantizeV2Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8QuantizeV2Cuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8DequantizeV2Cuda);
+// The fused MXFP8 grouped GEMM (forward orientation, few rows per group).
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedMCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedMCuda);
 
 #endif  // JGG_XLA_PLUGIN_FFI_HANDLERS_H_

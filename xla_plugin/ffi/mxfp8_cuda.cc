@@ -4,9 +4,7 @@
 // offsets are computed inside the kernel).
 #include <cuda_runtime_api.h>
 
-#include <string>
-
-#include "xla_plugin/common/debug_poison.h"
+#include "xla_plugin/ffi/cuda_status.h"
 #include "xla_plugin/ffi/handlers.h"
 #include "xla_plugin/ffi/mxfp8_decode.h"
 #include "xla_plugin/kernels/cuda/mxfp8_cuda.h"
@@ -14,16 +12,10 @@
 namespace jgg {
 namespace {
 
-ffi::Error FromCuda(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return ffi::Error::Success();
-  return ffi::Error::Internal(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-// A memset node when captured: poisoning keeps the handler command-buffer compatible.
-template <typename Result>
-cudaError_t MaybePoison(Result& out, cudaStream_t stream) {
-  if (!PoisonOutputs() || out->size_bytes() == 0) return cudaSuccess;
-  return cudaMemsetAsync(out->untyped_data(), kPoisonByte, out->size_bytes(), stream);
+// A memset node when captured; nothing for null (_v1: a static job split).
+ffi::Error ResetJobCounter(unsigned long long* job_counter, cudaStream_t stream) {
+  if (job_counter == nullptr) return ffi::Error::Success();
+  return FromCuda(cudaMemsetAsync(job_counter, 0, sizeof(*job_counter), stream), "job counter");
 }
 
 // `job_counter`: null for _v1 (a static job split), else the workspace's counter, zeroed here.
@@ -42,13 +34,8 @@ ffi::Error Mxfp8QuantizeCuda(cudaStream_t stream, ffi::AnyBuffer x,
                              MaybePoison(col_data, stream), MaybePoison(col_scales, stream)}) {
     if (auto e = FromCuda(status, "poison"); e.failure()) return e;
   }
-  if (job_counter != nullptr) {
-    if (auto e = FromCuda(cudaMemsetAsync(job_counter, 0, sizeof(*job_counter), stream),
-                          "job counter");
-        e.failure())
-      return e;
-    call->operands.job_counter = job_counter;
-  }
+  if (auto e = ResetJobCounter(job_counter, stream); e.failure()) return e;
+  call->operands.job_counter = job_counter;
   return FromCuda(cuda::LaunchMxfp8Quantize(call->problem, call->operands, stream),
                   "mxfp8 quantize launch");
 }
@@ -60,13 +47,8 @@ ffi::Error Mxfp8DequantizeCuda(cudaStream_t stream, ffi::AnyBuffer data,
   auto call = DecodeMxfp8Dequantize(data, scales, group_sizes, out, layout, colwise, swizzled);
   if (call.has_error()) return call.error();
   if (auto e = FromCuda(MaybePoison(out, stream), "poison"); e.failure()) return e;
-  if (job_counter != nullptr) {
-    if (auto e = FromCuda(cudaMemsetAsync(job_counter, 0, sizeof(*job_counter), stream),
-                          "job counter");
-        e.failure())
-      return e;
-    call->operands.job_counter = job_counter;
-  }
+  if (auto e = ResetJobCounter(job_counter, stream); e.failure()) return e;
+  call->operands.job_counter = job_counter;
   return FromCuda(cuda::LaunchMxfp8Dequantize(call->problem, call->operands, stream),
                   "mxfp8 dequantize launch");
 }

@@ -3,27 +3,13 @@
 // never synchronize and never allocate (scratch comes in as `workspace`).
 #include <cuda_runtime_api.h>
 
-#include <string>
-
-#include "xla_plugin/common/debug_poison.h"
+#include "xla_plugin/ffi/cuda_status.h"
 #include "xla_plugin/ffi/handlers.h"
 #include "xla_plugin/ffi/ragged_decode.h"
 #include "xla_plugin/kernels/cuda/ragged_dot_cuda.h"
 
 namespace jgg {
 namespace {
-
-ffi::Error FromCuda(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return ffi::Error::Success();
-  return ffi::Error::Internal(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-// cudaMemsetAsync is a memset node in a captured graph: poisoning keeps the
-// handler command-buffer compatible.
-cudaError_t MaybePoison(ffi::Result<ffi::AnyBuffer>& out, cudaStream_t stream) {
-  if (!PoisonOutputs()) return cudaSuccess;
-  return cudaMemsetAsync(out->untyped_data(), kPoisonByte, out->size_bytes(), stream);
-}
 
 ffi::Error RaggedMCuda(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer rhs,
                        ffi::Buffer<ffi::S32> group_sizes, ffi::Buffer<ffi::S32> group_offset,

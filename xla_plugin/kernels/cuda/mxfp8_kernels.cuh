@@ -37,6 +37,7 @@
 #include "xla_plugin/common/mxfp8_layout.h"
 #include "xla_plugin/common/mxfp8_math.h"
 #include "xla_plugin/common/mxfp8_problem.h"
+#include "xla_plugin/kernels/cuda/float_convert.cuh"
 
 namespace jgg::cuda::mxfp8_kernels {
 
@@ -796,13 +797,6 @@ __device__ inline uint32_t OutBits(float y) {
   } else {
     return isnan(y) ? 0x7E00u : __half_as_ushort(__float2half_rn(y));
   }
-}
-
-template <Fp8Format kFormat>
-__device__ inline float2 Fp8PairToFloat2(uint32_t pair) {
-  constexpr __nv_fp8_interpretation_t kKind = kFormat == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), kKind);
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
 // Each thread converts kDequantVec fp8 bytes of all 32 rows; the loads of the tile (data and

@@ -1,0 +1,33 @@
+// CUDA handler of the fused MXFP8 grouped GEMM: decode, then one launch on XLA's stream.
+// Command-buffer compatible: no host read of device data, no sync, no allocation (the kernel
+// locates its groups from the device group sizes itself).
+#include <cuda_runtime_api.h>
+
+#include "xla_plugin/ffi/cuda_status.h"
+#include "xla_plugin/ffi/handlers.h"
+#include "xla_plugin/ffi/mxfp8_gemm_decode.h"
+#include "xla_plugin/kernels/cuda/mxfp8_ragged_m_cuda.h"
+
+namespace jgg {
+namespace {
+
+ffi::Error Mxfp8RaggedMCuda(cudaStream_t stream, ffi::AnyBuffer lhs,
+                            ffi::Buffer<ffi::U8> lhs_scales, ffi::AnyBuffer rhs,
+                            ffi::Buffer<ffi::U8> rhs_scales, ffi::Buffer<ffi::S32> group_sizes,
+                            ffi::Buffer<ffi::S32> lhs_group_sizes,
+                            ffi::Result<ffi::AnyBuffer> out, bool lhs_grouped) {
+  auto call = DecodeMxfp8RaggedM(lhs, lhs_scales, rhs, rhs_scales, group_sizes, lhs_group_sizes,
+                                 out, lhs_grouped);
+  if (call.has_error()) return call.error();
+  if (auto e = FromCuda(MaybePoison(out, stream), "poison"); e.failure()) return e;
+  return FromCuda(cuda::LaunchMxfp8RaggedM(call->problem, call->operands, stream),
+                  "mxfp8 ragged_m launch");
+}
+
+}  // namespace
+}  // namespace jgg
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8RaggedMCuda, jgg::Mxfp8RaggedMCuda,
+                              jgg::BindMxfp8RaggedMOperands(
+                                  xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+                              {xla::ffi::Traits::kCmdBufferCompatible});

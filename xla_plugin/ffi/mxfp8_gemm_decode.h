@@ -1,0 +1,72 @@
+// Decodes and validates the buffers of the fused MXFP8 grouped GEMM call (CPU and CUDA
+// handlers alike). Python checks all of this at trace time; these checks guard against a
+// hand-written custom call and name the operand.
+#ifndef JGG_XLA_PLUGIN_FFI_MXFP8_GEMM_DECODE_H_
+#define JGG_XLA_PLUGIN_FFI_MXFP8_GEMM_DECODE_H_
+
+#include <cstdint>
+#include <utility>
+
+#include "xla/ffi/api/ffi.h"
+#include "xla_plugin/common/mxfp8_gemm_problem.h"
+#include "xla_plugin/ffi/mxfp8_decode.h"
+#include "xla_plugin/ffi/ragged_decode.h"
+
+namespace jgg {
+
+struct DecodedMxfp8RaggedM {
+  mxfp8::RaggedMProblem problem;
+  mxfp8::RaggedMOperands operands;
+};
+
+inline ffi::ErrorOr<DecodedMxfp8RaggedM> DecodeMxfp8RaggedM(
+    ffi::AnyBuffer lhs, ffi::Buffer<ffi::U8> lhs_scales, ffi::AnyBuffer rhs,
+    ffi::Buffer<ffi::U8> rhs_scales, ffi::Buffer<ffi::S32> group_sizes,
+    ffi::Buffer<ffi::S32> lhs_group_sizes, ffi::Result<ffi::AnyBuffer> out, bool lhs_grouped) {
+  const auto l = lhs.dimensions(), r = rhs.dimensions(), gs = group_sizes.dimensions();
+  const auto lgs = lhs_group_sizes.dimensions();
+  if (!HasRank(l, 2)) return ffi::Error::InvalidArgument(ShapeMismatch("lhs", "[M, K]"));
+  if (!HasRank(r, 3) || r[1] != l[1])
+    return ffi::Error::InvalidArgument(ShapeMismatch("rhs", "[G, K, N] with lhs's K"));
+  if (!HasRank(gs, 1) || gs[0] != r[0])
+    return ffi::Error::InvalidArgument(ShapeMismatch("group_sizes", "[G]"));
+  if (!HasRank(lgs, 1) || (!lhs_grouped && lgs[0] != 0))
+    return ffi::Error::InvalidArgument(
+        ShapeMismatch("lhs_group_sizes", "[lhs groups] ([0] unless lhs_grouped)"));
+  const auto o = out->dimensions();
+  if (!HasRank(o, 2) || o[0] != l[0] || o[1] != r[2])
+    return ffi::Error::InvalidArgument(ShapeMismatch("out", "[M, N]"));
+  auto lhs_format = DecodeFp8Format(lhs.element_type(), "lhs");
+  if (lhs_format.has_error()) return lhs_format.error();
+  auto rhs_format = DecodeFp8Format(rhs.element_type(), "rhs");
+  if (rhs_format.has_error()) return rhs_format.error();
+  auto out_type = DecodeElementType(out->element_type(), "out");
+  if (out_type.has_error()) return out_type.error();
+  const mxfp8::RaggedMProblem problem{l[0], l[1], r[2], r[0], lhs_format.value(),
+                                      rhs_format.value(), lhs_grouped, lgs[0], out_type.value()};
+  if (static_cast<int64_t>(lhs_scales.element_count()) != mxfp8::LhsScaleBytes(problem))
+    return ffi::Error::InvalidArgument("lhs_scales: expected mxfp8_scale_bytes() elements");
+  if (static_cast<int64_t>(rhs_scales.element_count()) != mxfp8::RhsScaleBytes(problem))
+    return ffi::Error::InvalidArgument("rhs_scales: expected mxfp8_scale_bytes() elements");
+  return DecodedMxfp8RaggedM{
+      problem, {static_cast<const uint8_t*>(lhs.untyped_data()), lhs_scales.typed_data(),
+                static_cast<const uint8_t*>(rhs.untyped_data()), rhs_scales.typed_data(),
+                group_sizes.typed_data(), lhs_group_sizes.typed_data(), out->untyped_data()}};
+}
+
+// lhs, lhs_scales, rhs, rhs_scales, group_sizes, lhs_group_sizes -> out; lhs_grouped.
+template <typename Binding>
+auto BindMxfp8RaggedMOperands(Binding&& binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // lhs data [M, K]
+      .template Arg<ffi::Buffer<ffi::U8>>()                 // lhs rowwise scales
+      .template Arg<ffi::AnyBuffer>()                       // rhs data [G, K, N]
+      .template Arg<ffi::Buffer<ffi::U8>>()                 // rhs colwise scales
+      .template Arg<ffi::Buffer<ffi::S32>>()                // group_sizes [G]
+      .template Arg<ffi::Buffer<ffi::S32>>()                // lhs_group_sizes
+      .template Ret<ffi::AnyBuffer>()                       // out [M, N]
+      .template Attr<bool>("lhs_grouped");
+}
+
+}  // namespace jgg
+
+#endif  // JGG_XLA_PLUGIN_FFI_MXFP8_GEMM_DECODE_H_

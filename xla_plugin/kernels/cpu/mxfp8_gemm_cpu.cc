@@ -1,0 +1,43 @@
+// Dequantizes with the portable MXFP8 kernels (lhs whole, the weights one group at a time, so
+// the f32 copy is one [K, N] matrix) and multiplies with the ragged kernels' f32 GEMM.
+#include "xla_plugin/kernels/cpu/mxfp8_gemm_cpu.h"
+
+#include <vector>
+
+#include "xla_plugin/common/ragged_layout.h"
+#include "xla_plugin/kernels/cpu/f32_gemm.h"
+#include "xla_plugin/kernels/cpu/mxfp8_cpu.h"
+
+namespace jgg::cpu {
+
+void Mxfp8RaggedM(const mxfp8::RaggedMProblem& p, const mxfp8::RaggedMOperands& o) {
+  using mxfp8::GroupedLayout;
+  const GroupedLayout lhs_layout = p.lhs_grouped ? GroupedLayout::kVaryingFirst
+                                                 : GroupedLayout::kSameDims;
+  std::vector<float> lhs(p.rows * p.k), rhs(p.k * p.n), out;
+  Mxfp8Dequantize({{lhs_layout, p.lhs_grouped ? p.lhs_num_groups : 1, p.rows, p.k},
+                   p.lhs_format, /*colwise=*/false, /*swizzled=*/false, ElementType::kF32,
+                   mxfp8::LhsScaleBytes(p)},
+                  {o.lhs, o.lhs_scales, o.lhs_group_sizes, lhs.data()});
+
+  std::vector<int64_t> bounds(2 * (p.num_groups + 1));
+  const RaggedSchedule schedule{bounds.data(), bounds.data() + p.num_groups + 1};
+  ComputeRaggedSchedule(o.group_sizes, p.num_groups, /*group_offset=*/0, p.num_groups, p.rows,
+                        /*tile_rows=*/1, schedule);
+  for (int64_t g = 0; g < p.num_groups; ++g) {
+    const int64_t begin = schedule.row_begin[g], rows = schedule.row_begin[g + 1] - begin;
+    if (rows == 0) continue;
+    const int64_t scale_bytes = mxfp8::RhsGroupScaleBytes(p);
+    Mxfp8Dequantize({{GroupedLayout::kSameDims, 1, p.k, p.n}, p.rhs_format, /*colwise=*/true,
+                     /*swizzled=*/false, ElementType::kF32, scale_bytes},
+                    {o.rhs + g * p.k * p.n, o.rhs_scales + g * scale_bytes, o.group_sizes,
+                     rhs.data()});
+    out.resize(rows * p.n);
+    GemmF32(rows, p.n, p.k, lhs.data() + begin * p.k, p.k, 1, rhs.data(), p.n, out.data(), p.n);
+    Narrow(out.data(), rows * p.n, o.out, p.out_type, begin * p.n);
+  }
+  const int64_t covered = schedule.row_begin[p.num_groups];
+  ZeroElements(o.out, p.out_type, covered * p.n, (p.rows - covered) * p.n);
+}
+
+}  // namespace jgg::cpu
