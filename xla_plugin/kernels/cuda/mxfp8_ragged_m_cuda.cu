@@ -142,6 +142,19 @@ __device__ inline float4 Fp8QuadToFloat4(uint32_t q, float scale) {
                      __fmul_rn(hi.y, scale));
 }
 
+// Eight fp8 elements (the bytes of q, first lowest) times their columns' scales, exactly.
+template <Fp8Format kFormat>
+__device__ inline void Fp8x8ToScaledFloats(uint2 q, const float (&scale)[kCols],
+                                           float (&out)[kCols]) {
+#pragma unroll
+  for (int pair = 0; pair < kCols / 2; ++pair) {
+    const uint32_t word = pair < 2 ? q.x : q.y;
+    const float2 v = Fp8PairToFloat2<kFormat>((word >> (16 * (pair % 2))) & 0xFFFFu);
+    out[2 * pair] = __fmul_rn(v.x, scale[2 * pair]);
+    out[2 * pair + 1] = __fmul_rn(v.y, scale[2 * pair + 1]);
+  }
+}
+
 // tile.lhs[k][r] = deq(lhs)[row_begin + r, k0 + k] for r < kRows (0 past the pass's rows,
 // in rows of no lhs group and past K).
 template <Fp8Format kFormat, int kRows>
@@ -149,8 +162,10 @@ __device__ void StageLhs(const RaggedMProblem& p, const RaggedMOperands& o, cons
                          int64_t k0, SharedTile& tile) {
   constexpr int kQuads = kChunkK / 4;
   const int64_t scale_row_bytes = mxfp8::LhsScaleRowBytes(p);
+  // Neighbouring threads take neighbouring rows of one quad: 4-way bank conflicts on the
+  // stores instead of 32-way.
   for (int t = threadIdx.x; t < kRows * kQuads; t += kThreads) {
-    const int r = t / kQuads, quad = t % kQuads;
+    const int r = t % kRows, quad = t / kRows;
     const int64_t k = k0 + 4 * quad;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const int64_t scale_row = r < pass.rows ? pass.lhs_scale_rows[r] : -1;
@@ -187,11 +202,18 @@ __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const
     for (int64_t k = k_begin; k < k_end; k += kUnroll) {
       const uint2 scale_bytes = __ldg(reinterpret_cast<const uint2*>(
           w_scales + (k / mxfp8::kBlockSize) * w_scale_row_bytes));
+      const int steps = static_cast<int>(MinI64(kUnroll, k_end - k));
       uint2 q[kUnroll];
+      if (steps == kUnroll) {  // all loads issued before the first use
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        q[u] = k + u < k_end ? __ldg(reinterpret_cast<const uint2*>(w + (k + u) * p.n))
-                             : make_uint2(0, 0);
+        for (int u = 0; u < kUnroll; ++u)
+          q[u] = __ldg(reinterpret_cast<const uint2*>(w + (k + u) * p.n));
+      } else {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          q[u] = u < steps ? __ldg(reinterpret_cast<const uint2*>(w + (k + u) * p.n))
+                           : make_uint2(0, 0);
+      }
       float s[kCols];
 #pragma unroll
       for (int e = 0; e < kCols; ++e) {
@@ -200,13 +222,9 @@ __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        if (k + u >= k_end) break;
-        const float4 lo = Fp8QuadToFloat4<kRhs>(q[u].x, 1.0f);
-        const float4 hi = Fp8QuadToFloat4<kRhs>(q[u].y, 1.0f);
-        const float wv[kCols] = {__fmul_rn(lo.x, s[0]), __fmul_rn(lo.y, s[1]),
-                                 __fmul_rn(lo.z, s[2]), __fmul_rn(lo.w, s[3]),
-                                 __fmul_rn(hi.x, s[4]), __fmul_rn(hi.y, s[5]),
-                                 __fmul_rn(hi.z, s[6]), __fmul_rn(hi.w, s[7])};
+        if (u >= steps) break;
+        float wv[kCols];
+        Fp8x8ToScaledFloats<kRhs>(q[u], s, wv);
         const float* a = tile.lhs[k + u - k0];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
