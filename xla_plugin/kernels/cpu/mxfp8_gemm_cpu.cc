@@ -24,14 +24,15 @@ void Mxfp8RaggedM(const mxfp8::RaggedMProblem& p, const mxfp8::RaggedMOperands& 
   const RaggedSchedule schedule{bounds.data(), bounds.data() + p.num_groups + 1};
   ComputeRaggedSchedule(o.group_sizes, p.num_groups, /*group_offset=*/0, p.num_groups, p.rows,
                         /*tile_rows=*/1, schedule);
+  const int64_t scale_bytes = mxfp8::RhsGroupScaleBytes(p);
   for (int64_t g = 0; g < p.num_groups; ++g) {
     const int64_t begin = schedule.row_begin[g], rows = schedule.row_begin[g + 1] - begin;
     if (rows == 0) continue;
-    const int64_t scale_bytes = mxfp8::RhsGroupScaleBytes(p);
+    // Expert g alone, as a one-matrix stack (which reads no group sizes).
     Mxfp8Dequantize({{GroupedLayout::kSameDims, 1, p.k, p.n}, p.rhs_format, /*colwise=*/true,
                      /*swizzled=*/false, ElementType::kF32, scale_bytes},
-                    {o.rhs + g * p.k * p.n, o.rhs_scales + g * scale_bytes, o.group_sizes,
-                     rhs.data()});
+                    {o.rhs + g * p.k * p.n, o.rhs_scales + g * scale_bytes,
+                     /*group_sizes=*/nullptr, rhs.data()});
     out.resize(rows * p.n);
     GemmF32(rows, p.n, p.k, lhs.data() + begin * p.k, p.k, 1, rhs.data(), p.n, out.data(), p.n);
     Narrow(out.data(), rows * p.n, o.out, p.out_type, begin * p.n);
