@@ -1,12 +1,13 @@
-"""The fused MXFP8 grouped GEMM ("fused_few_rows": the forward of groups of few rows).
+"""The fused MXFP8 grouped GEMM ("fused_few_rows": the forward and dgrad of groups of few rows).
 
 Which calls choose it (static facts only) and which fall back to "dequantize"; its numerics
 against float64 products of the dequantized values (mxfp8_gemm_reference.check_product) on
 group sizes that exercise every part of the kernel: empty groups, groups of more than one
 8-row pass, a zero tail (sum < M), clamped and negative sizes, K split over all of a block's
 warps and not a multiple of 32, N over one 128-column block, N a multiple of 16 or only of 8
-(the kernel's 16- and 8-byte weight loads); x dense or grouped; both element types;
-every result dtype. Runs on the default backend (the CPU handler in CI, the CUDA kernel on a
+(the kernel's 16- and 8-byte weight loads); dgrad (W read rowwise in place) with the
+contraction a multiple of 8 or only of 4 (8- and 4-byte loads); x dense or grouped; both
+element types; every result dtype; NaN/Inf blocks (the kernel's exact path). Runs on the default backend (the CPU handler in CI, the CUDA kernel on a
 GPU), outputs poisoned first (conftest), so an unwritten element is NaN.
 """
 
@@ -34,6 +35,15 @@ CASES = {  # (M, K, N, group sizes)
 }
 
 
+# dgrad dx = dy . W[g]^T: (M, K = result columns, N = contracted, group sizes); W [G, K, N].
+DGRAD_CASES = {
+    "decode_like": (40, 96, 64, [3, 0, 9, 1, 17, 0, 2, 4]),
+    "contraction_4_mod_8": (50, 72, 100, [5, 0, 8, 1]),           # 4-byte weight loads, sum < M
+    "wide_long_contraction": (24, 384, 1056, [7, 0, 13, 4]),      # 8-byte loads, 3 column blocks
+    "negative_and_clamped": (30, 264, 64, [-3, 20, 25, 2]),       # 264 % 16 = 8
+}
+
+
 def _values(rng, shape):
   """Normal values scaled by 2^[-6, 6] per row: blocks get different scale exponents."""
   return rng.standard_normal(shape) * np.exp2(rng.integers(-6, 7, shape[:-1] + (1,)))
@@ -48,6 +58,22 @@ def _forward_operands(case, x_grouped=True, x_fp8=E4M3, w_fp8=E4M3, seed=0):
   qx = mxfp8.quantize(x, group_sizes if x_grouped else None, rowwise=True, dtype=x_fp8)
   qw = mxfp8.quantize(w, rowwise=False, colwise=True, dtype=w_fp8)
   return qx, qw, group_sizes
+
+
+def _dgrad_operands(case, dy_grouped=True, dy_fp8=E4M3, w_fp8=E4M3, seed=0):
+  m, k, n, sizes = DGRAD_CASES[case]
+  rng = np.random.default_rng(seed + 7 * m + k + n)
+  group_sizes = jnp.asarray(sizes, jnp.int32)
+  dy = jnp.asarray(_values(rng, (m, n)), jnp.bfloat16)
+  w = jnp.asarray(_values(rng, (len(sizes), k, n)), jnp.bfloat16)
+  qdy = mxfp8.quantize(dy, group_sizes if dy_grouped else None, rowwise=True, dtype=dy_fp8)
+  qw = mxfp8.quantize(w, rowwise=True, dtype=w_fp8)
+  return qdy, qw, group_sizes
+
+
+def _dgrad(qdy, qw, group_sizes, out_dtype=jnp.float32):
+  return mxfp8.ragged_dot_general(qdy, qw, group_sizes, DGRAD_DIMENSION_NUMBERS,
+                                  preferred_element_type=out_dtype)
 
 
 def _problem(qx, qw, group_sizes, dims=BASIC_DIMENSION_NUMBERS, **kw):
@@ -91,10 +117,12 @@ def test_calls_the_fused_kernel_cannot_take_fall_back_to_dequantize():
   for name, problem in misfits.items():
     assert mxfp8_gemm.fused_few_rows_misfit(problem) is not None, name
     assert mxfp8_gemm.choose_backend(problem) == "dequantize", name
-  qdy = mxfp8.quantize(jnp.ones((m, n), jnp.bfloat16), group_sizes)
-  qw_rowwise = mxfp8.quantize(jnp.ones((len(sizes), k, n), jnp.bfloat16))
+  qdy, qw_rowwise, group_sizes = _dgrad_operands("contraction_4_mod_8")
   dgrad = _problem(qdy, qw_rowwise, group_sizes, DGRAD_DIMENSION_NUMBERS)
-  assert mxfp8_gemm.choose_backend(dgrad) == "dequantize"
+  assert mxfp8_gemm.choose_backend(dgrad) == "fused_few_rows"
+  odd = mxfp8.quantize(jnp.ones((4, 60, 64), jnp.bfloat16))  # dx's 60 columns: not 8k
+  assert mxfp8_gemm.choose_backend(_problem(mxfp8.quantize(jnp.ones((8, 64), jnp.bfloat16)), odd,
+                                            group_sizes, DGRAD_DIMENSION_NUMBERS)) == "dequantize"
 
 
 def test_lowers_to_one_fused_custom_call_without_a_dequantize():
@@ -116,49 +144,89 @@ def test_equals_dequantize_then_f32_matmul(case, x_grouped):
   check_product(out, "fwd", dequantized(qx, False), dequantized(qw, True), CASES[case][3])
 
 
-@pytest.mark.parametrize("x_fp8, w_fp8", [(E5M2, E4M3), (E4M3, E5M2), (E5M2, E5M2)],
+@pytest.mark.parametrize("case", list(DGRAD_CASES))
+@pytest.mark.parametrize("dy_grouped", [True, False], ids=["dy_grouped", "dy_dense"])
+def test_dgrad_equals_dequantize_then_f32_matmul(case, dy_grouped):
+  """dy . W^T with W read rowwise in place (rhs_transposed)."""
+  qdy, qw, group_sizes = _dgrad_operands(case, dy_grouped)
+  assert mxfp8_gemm.choose_backend(
+      _problem(qdy, qw, group_sizes, DGRAD_DIMENSION_NUMBERS)) == "fused_few_rows"
+  out = jax.jit(_dgrad)(qdy, qw, group_sizes)
+  check_product(out, "dgrad", dequantized(qdy, False), dequantized(qw, False),
+                DGRAD_CASES[case][3])
+
+
+def test_v1_target_stays_registered_and_agrees_with_v2():
+  """Artifacts exported before rhs_transposed (_v2) name jgg_mxfp8_ragged_m_v1: the forward."""
+  qx, qw, group_sizes = _forward_operands("decode_like")
+  m, k, n, sizes = CASES["decode_like"]
+  out = jax.ShapeDtypeStruct((m, n), jnp.float32)
+  v1 = jax.ffi.ffi_call(jgg._native.MXFP8_RAGGED_M_TARGET_V1, out)(
+      qx.data, qx.scale_inv, qw.colwise_data, qw.colwise_scale_inv, group_sizes,
+      qx.group_sizes, lhs_grouped=True)
+  v2 = mxfp8.ragged_dot(qx, qw, group_sizes, preferred_element_type=jnp.float32)
+  np.testing.assert_array_equal(np.asarray(v1), np.asarray(v2))
+
+
+def _gemm_operands(gemm, lhs_fp8=E4M3, w_fp8=E4M3, seed=0):
+  """The decode_like case of `gemm` ("fwd" or "dgrad"): (lhs, w, group_sizes, dimension
+  numbers, whether w is read colwise, group sizes as a list)."""
+  if gemm == "fwd":
+    qx, qw, group_sizes = _forward_operands("decode_like", True, lhs_fp8, w_fp8, seed)
+    return qx, qw, group_sizes, BASIC_DIMENSION_NUMBERS, True, CASES["decode_like"][3]
+  qdy, qw, group_sizes = _dgrad_operands("decode_like", True, lhs_fp8, w_fp8, seed)
+  return qdy, qw, group_sizes, DGRAD_DIMENSION_NUMBERS, False, DGRAD_CASES["decode_like"][3]
+
+
+@pytest.mark.parametrize("gemm", ["fwd", "dgrad"])
+@pytest.mark.parametrize("lhs_fp8, w_fp8", [(E5M2, E4M3), (E4M3, E5M2), (E5M2, E5M2)],
                          ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float16])
-def test_element_types_and_result_dtypes(x_fp8, w_fp8, out_dtype):
-  qx, qw, group_sizes = _forward_operands("decode_like", True, x_fp8, w_fp8, seed=3)
-  out = mxfp8.ragged_dot(qx, qw, group_sizes, preferred_element_type=out_dtype)
+def test_element_types_and_result_dtypes(gemm, lhs_fp8, w_fp8, out_dtype):
+  lhs, w, group_sizes, dims, w_colwise, sizes = _gemm_operands(gemm, lhs_fp8, w_fp8, seed=3)
+  out = mxfp8.ragged_dot_general(lhs, w, group_sizes, dims, preferred_element_type=out_dtype)
   assert out.dtype == jnp.dtype(out_dtype)
-  check_product(out, "fwd", dequantized(qx, False), dequantized(qw, True),
-                CASES["decode_like"][3])
+  check_product(out, gemm, dequantized(lhs, False), dequantized(w, w_colwise), sizes)
 
 
-def test_agrees_with_the_dequantize_backend_on_special_values():
+@pytest.mark.parametrize("gemm", ["fwd", "dgrad"])
+def test_agrees_with_the_dequantize_backend_on_special_values(gemm):
   """NaN and Inf inputs, a zero block, values at the element maximum: the fused kernel's
-  NaN/Inf pattern and finite values match the dequantize backend (f32 results)."""
-  qx, qw, group_sizes = _forward_operands("decode_like", seed=5)
-  m, k, n, sizes = CASES["decode_like"]
-  x = np.array(jnp.asarray(dequantized(qx, False), jnp.float32))
-  w = np.array(jnp.asarray(dequantized(qw, True), jnp.float32))
-  x[1, 5], x[4, 40] = np.nan, np.inf
-  w[2, 33, 7], w[0, :32, 3] = np.inf, 0.0
-  w[2, 64:96, 10] = 448.0
-  qx = mxfp8.quantize(jnp.asarray(x), group_sizes, rowwise=True)
-  qw = mxfp8.quantize(jnp.asarray(w), rowwise=False, colwise=True)
-  problem = _problem(qx, qw, group_sizes, preferred_element_type=jnp.float32)
+  NaN/Inf pattern and finite values match the dequantize backend (f32 results). Blocks with
+  Inf take the kernel's exact path, the others its tensor-core path."""
+  lhs, w, group_sizes, dims, w_colwise, sizes = _gemm_operands(gemm, seed=5)
+  a = np.array(jnp.asarray(dequantized(lhs, False), jnp.float32))
+  b = np.array(jnp.asarray(dequantized(w, w_colwise), jnp.float32))
+  if not w_colwise:  # poke W as [G, contracted, result] either way
+    b = b.transpose(0, 2, 1)
+  a[1, 5], a[4, 40] = np.nan, np.inf
+  b[2, 33, 7], b[0, :32, 3] = np.inf, 0.0
+  b[2, 32:64, 10] = 448.0
+  if not w_colwise:
+    b = np.ascontiguousarray(b.transpose(0, 2, 1))
+  lhs = mxfp8.quantize(jnp.asarray(a), group_sizes, rowwise=True)
+  w = mxfp8.quantize(jnp.asarray(b), rowwise=not w_colwise, colwise=w_colwise)
+  problem = _problem(lhs, w, group_sizes, dims, preferred_element_type=jnp.float32)
+  assert mxfp8_gemm.choose_backend(problem) == "fused_few_rows"
   fused = np.asarray(mxfp8_gemm.BACKENDS["fused_few_rows"](problem))
   plain = np.asarray(mxfp8_gemm.BACKENDS["dequantize"](
-      _problem(qx, qw, group_sizes, precision=jax.lax.Precision.HIGHEST,
+      _problem(lhs, w, group_sizes, dims, precision=jax.lax.Precision.HIGHEST,
                preferred_element_type=jnp.float32)))
   np.testing.assert_array_equal(np.isnan(fused), np.isnan(plain))
   np.testing.assert_array_equal(np.isinf(fused), np.isinf(plain))
   # Finite results: both within f32 accumulation error ((K + 2) u sum|a b| each, summed in
   # different orders) of each other, as in check_product.
   finite = np.isfinite(plain)
-  magnitude = product("fwd", np.nan_to_num(np.abs(dequantized(qx, False)), posinf=0.0),
-                      np.nan_to_num(np.abs(dequantized(qw, True)), posinf=0.0), sizes)
-  bound = 2 * (k + 2) * 2.0 ** -24 * magnitude
+  magnitude = product(gemm, np.nan_to_num(np.abs(dequantized(lhs, False)), posinf=0.0),
+                      np.nan_to_num(np.abs(dequantized(w, w_colwise)), posinf=0.0), sizes)
+  bound = 2 * (a.shape[1] + 2) * 2.0 ** -24 * magnitude
   assert (np.abs(fused[finite] - plain[finite]) <= bound[finite]).all()
   assert np.isnan(fused).any() and np.isinf(fused).any()
 
 
 def test_under_vmap_and_grad_of_grouped_dense():
-  """The recipe's forward takes the fused kernel (few rows per group); its gradients still
-  flow (the backward GEMMs use the other backend)."""
+  """The recipe's forward and dgrad take the fused kernel (few rows per group), wgrad the
+  dequantize backend; the gradients match the f32 ones to MXFP8 precision."""
   m, k, n, sizes = CASES["decode_like"]
   rng = np.random.default_rng(9)
   x = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
@@ -168,7 +236,7 @@ def test_under_vmap_and_grad_of_grouped_dense():
   loss = lambda x, w: jnp.sum(jgg.grouped_dense(x, w, group_sizes, recipe=recipe)
                               .astype(jnp.float32) ** 2)
   text = jax.jit(jax.grad(loss, (0, 1))).lower(x, w).as_text()
-  assert jgg._native.MXFP8_RAGGED_M_TARGET in text
+  assert text.count(f"custom_call @{jgg._native.MXFP8_RAGGED_M_TARGET}") == 2  # forward, dgrad
   dx, dw = jax.jit(jax.grad(loss, (0, 1)))(x, w)
   ref_dx, ref_dw = jax.grad(lambda x, w: jnp.sum(
       jgg.ragged_dot(x, w, group_sizes, preferred_element_type=jnp.float32) ** 2), (0, 1))(

@@ -28,7 +28,9 @@ constexpr const char kMxfp8QuantizeTarget[] = "jgg_mxfp8_quantize_v2";
 constexpr const char kMxfp8DequantizeTarget[] = "jgg_mxfp8_dequantize_v2";
 constexpr const char kMxfp8QuantizeTargetV1[] = "jgg_mxfp8_quantize_v1";
 constexpr const char kMxfp8DequantizeTargetV1[] = "jgg_mxfp8_dequantize_v1";
-constexpr const char kMxfp8RaggedMTarget[] = "jgg_mxfp8_ragged_m_v1";
+// _v2 added the rhs_transposed attribute (dgrad); _v1 calls are the forward orientation.
+constexpr const char kMxfp8RaggedMTarget[] = "jgg_mxfp8_ragged_m_v2";
+constexpr const char kMxfp8RaggedMTargetV1[] = "jgg_mxfp8_ragged_m_v1";
 
 nb::capsule Capsule(XLA_FFI_Handler* handler) {
   return nb::capsule(reinterpret_cast<void*>(handler));
@@ -42,7 +44,8 @@ nb::dict Registrations() {
   cpu[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeV2Cpu);
   cpu[kMxfp8QuantizeTargetV1] = Capsule(JggMxfp8QuantizeCpu);
   cpu[kMxfp8DequantizeTargetV1] = Capsule(JggMxfp8DequantizeCpu);
-  cpu[kMxfp8RaggedMTarget] = Capsule(JggMxfp8RaggedMCpu);
+  cpu[kMxfp8RaggedMTarget] = Capsule(JggMxfp8RaggedMV2Cpu);
+  cpu[kMxfp8RaggedMTargetV1] = Capsule(JggMxfp8RaggedMCpu);
   nb::dict platforms;
   platforms["cpu"] = cpu;
 #ifdef JGG_WITH_CUDA
@@ -53,7 +56,8 @@ nb::dict Registrations() {
   cuda[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeV2Cuda);
   cuda[kMxfp8QuantizeTargetV1] = Capsule(JggMxfp8QuantizeCuda);
   cuda[kMxfp8DequantizeTargetV1] = Capsule(JggMxfp8DequantizeCuda);
-  cuda[kMxfp8RaggedMTarget] = Capsule(JggMxfp8RaggedMCuda);
+  cuda[kMxfp8RaggedMTarget] = Capsule(JggMxfp8RaggedMV2Cuda);
+  cuda[kMxfp8RaggedMTargetV1] = Capsule(JggMxfp8RaggedMCuda);
   platforms["CUDA"] = cuda;
 #endif
   return platforms;
@@ -92,6 +96,7 @@ NB_MODULE(_jgg_native, m) {
   m.attr("MXFP8_DEQUANTIZE_TARGET") = kMxfp8DequantizeTarget;
   m.attr("MXFP8_RAGGED_M_TARGET") = kMxfp8RaggedMTarget;
   m.attr("MXFP8_LEGACY_TARGETS") = nb::make_tuple(kMxfp8QuantizeTargetV1, kMxfp8DequantizeTargetV1);
+  m.attr("MXFP8_RAGGED_M_TARGET_V1") = kMxfp8RaggedMTargetV1;
   m.attr("MXFP8_WORKSPACE_BYTES") = jgg::kMxfp8WorkspaceBytes;
 #ifdef JGG_WITH_CUDA
   m.attr("cuda_built") = true;

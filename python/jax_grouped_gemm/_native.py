@@ -25,6 +25,8 @@ MXFP8_QUANTIZE_TARGET: str = _module.MXFP8_QUANTIZE_TARGET
 MXFP8_DEQUANTIZE_TARGET: str = _module.MXFP8_DEQUANTIZE_TARGET
 # The fused MXFP8 grouped GEMM (mxfp8_gemm.py, backend "fused_few_rows").
 MXFP8_RAGGED_M_TARGET: str = _module.MXFP8_RAGGED_M_TARGET
+# Its forward-only first version (no rhs_transposed attribute), registered for old artifacts.
+MXFP8_RAGGED_M_TARGET_V1: str = _module.MXFP8_RAGGED_M_TARGET_V1
 # Older versions of the MXFP8 targets, still registered for the artifacts that name them.
 MXFP8_LEGACY_TARGETS: tuple[str, ...] = tuple(_module.MXFP8_LEGACY_TARGETS)
 # The workspace result of the MXFP8 calls (the CUDA kernels' job counter).

@@ -40,6 +40,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 
 from jax_grouped_gemm import mxfp8_gemm
+from jax_grouped_gemm.mxfp8_gemm import DGRAD_DIMENSION_NUMBERS, WGRAD_DIMENSION_NUMBERS
 from jax_grouped_gemm.mxfp8.quantize import INPUT_DTYPES, quantize
 from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, SCALE_LAYOUTS, MXFP8Tensor
 from jax_grouped_gemm.ragged_dot import ragged_dot
@@ -47,14 +48,6 @@ from jax_grouped_gemm.ragged_dot import ragged_dot
 X_RESIDUAL, KERNEL_RESIDUAL = "jgg_mxfp8_x", "jgg_mxfp8_kernel"
 RESIDUAL_NAMES = (X_RESIDUAL, KERNEL_RESIDUAL)
 
-# dy [M, N] . W [G, K, N] contracting N -> dx [M, K]: dy and W both rowwise.
-DGRAD_DIMENSION_NUMBERS = lax.RaggedDotDimensionNumbers(
-    dot_dimension_numbers=(([1], [2]), ([], [])), lhs_ragged_dimensions=[0],
-    rhs_group_dimensions=[0])
-# x [M, K], dy [M, N] contracting the ragged M -> dW [G, K, N]: both colwise along M.
-WGRAD_DIMENSION_NUMBERS = lax.RaggedDotDimensionNumbers(
-    dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
-    rhs_group_dimensions=[])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,14 +35,16 @@ on the slower f32 kernel).
 Backends. `choose_backend(problem)` picks an entry of BACKENDS for an
 `MXFP8GemmProblem` (operands with their orientation resolved, group sizes,
 dimension numbers, result dtype) from static facts only:
-  * "fused_few_rows": the forward of groups averaging at most
+  * "fused_few_rows": the forward and dgrad of groups averaging at most
     FUSED_MAX_ROWS_PER_GROUP rows (decode, small experts), where the GEMM is a
-    stream of the weights. One custom call (MXFP8_RAGGED_M_TARGET): on CUDA a
-    kernel that reads the fp8 weights and their scales once per 8 group rows
-    and dequantizes them in registers (no bf16 copy in HBM), on the CPU the
-    portable reference. It takes x rowwise ("dense" or "varying_first", grouped
-    by any sizes) and w a colwise "same_dims" stack, compact scales, K a
-    multiple of 4, N of 8, no group_offset. Its products are the
+    stream of the weights. One custom call (MXFP8_RAGGED_M_TARGET, attribute
+    rhs_transposed for dgrad's W read rowwise in place): on CUDA a kernel that
+    reads the fp8 weights and their scales once per 8 group rows and multiplies
+    their codes on tensor cores (no bf16 copy in HBM), each 32-block's sum
+    scaled once; on the CPU the portable reference. It takes x (dy) rowwise
+    ("dense" or "varying_first", grouped by any sizes) and w a "same_dims"
+    stack, compact scales, the contracted dimension a multiple of 4, the
+    result's columns of 8, no group_offset. Its products are the
     exact f32 ones whatever `precision` says (more exact than the bf16 values
     of "dequantize" only where those are inexact, see above).
   * "dequantize" (everything else): the MXFP8 dequantize op on each MXFP8
@@ -78,6 +80,15 @@ from jax_grouped_gemm.mxfp8.quantize import dequantize
 from jax_grouped_gemm.mxfp8.tensor import MXFP8Tensor
 
 E4M3, E5M2 = jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2)
+
+# dy [M, N] . W [G, K, N] contracting N -> dx [M, K]: dy and W both rowwise.
+DGRAD_DIMENSION_NUMBERS = lax.RaggedDotDimensionNumbers(
+    dot_dimension_numbers=(([1], [2]), ([], [])), lhs_ragged_dimensions=[0],
+    rhs_group_dimensions=[0])
+# x [M, K], dy [M, N] contracting the ragged M -> dW [G, K, N]: both colwise along M.
+WGRAD_DIMENSION_NUMBERS = lax.RaggedDotDimensionNumbers(
+    dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
+    rhs_group_dimensions=[])
 # Scale exponents e (E8M0, bias 127) for which element * 2^(e - 127) of every finite
 # element is exact in bf16, resp. finite (and then exact) in f32. See the module doc.
 BF16_EXACT_SCALE_EXPONENTS = {E4M3: (3, 246), E5M2: (10, 239)}
@@ -138,14 +149,17 @@ _FUSED_OUT_DTYPES = tuple(map(jnp.dtype, (jnp.bfloat16, jnp.float16, jnp.float32
 
 
 def _fused_few_rows_backend(problem: MXFP8GemmProblem) -> jax.Array:
-  """One call of the fused MXFP8 grouped GEMM (x rowwise . w colwise stack)."""
+  """One call of the fused MXFP8 grouped GEMM: x rowwise . w colwise stack (forward), or
+  dy rowwise . (w rowwise stack)^T read in place (dgrad, rhs_transposed)."""
   lhs, rhs = problem.lhs, problem.rhs
-  out = jax.ShapeDtypeStruct((lhs.tensor.shape[0], rhs.tensor.shape[2]), problem.out_dtype)
+  rhs_transposed = not rhs.colwise
+  n = rhs.tensor.shape[1 if rhs_transposed else 2]
+  out = jax.ShapeDtypeStruct((lhs.tensor.shape[0], n), problem.out_dtype)
   lhs_grouped = lhs.tensor.layout == "varying_first"
   lhs_group_sizes = lhs.tensor.group_sizes if lhs_grouped else jnp.zeros((0,), jnp.int32)
   return jax.ffi.ffi_call(_native.MXFP8_RAGGED_M_TARGET, out, vmap_method="sequential")(
       lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, problem.group_sizes.astype(jnp.int32),
-      lhs_group_sizes.astype(jnp.int32), lhs_grouped=lhs_grouped)
+      lhs_group_sizes.astype(jnp.int32), lhs_grouped=lhs_grouped, rhs_transposed=rhs_transposed)
 
 
 BACKENDS: dict[str, Callable[[MXFP8GemmProblem], jax.Array]] = {
@@ -161,10 +175,11 @@ def fused_few_rows_misfit(problem: MXFP8GemmProblem) -> str | None:
     return "a ragged contraction (wgrad)"
   if not (isinstance(lhs, MXFP8Operand) and isinstance(rhs, MXFP8Operand)):
     return "a plain operand"
-  if _as_tuples(problem.dimension_numbers) != _as_tuples(BASIC_DIMENSION_NUMBERS):
-    return "not the forward's dimension numbers"
-  if lhs.colwise or not rhs.colwise:
-    return "not x rowwise and w colwise"
+  dims = _as_tuples(problem.dimension_numbers)
+  if dims not in (_as_tuples(BASIC_DIMENSION_NUMBERS), _as_tuples(DGRAD_DIMENSION_NUMBERS)):
+    return "not the forward's or dgrad's dimension numbers"
+  # The orientation follows from the dimension numbers: the forward's w colwise, dgrad's rowwise.
+  assert not lhs.colwise and rhs.colwise == (dims == _as_tuples(BASIC_DIMENSION_NUMBERS))
   if lhs.tensor.scale_layout != "compact" or rhs.tensor.scale_layout != "compact":
     return "swizzled scales"
   if rhs.tensor.layout != "same_dims":
@@ -175,9 +190,10 @@ def fused_few_rows_misfit(problem: MXFP8GemmProblem) -> str | None:
     return "a group_offset"
   if problem.group_sizes.ndim != 1:
     return "batched group sizes"
-  (m, k), n = lhs.tensor.shape, rhs.tensor.shape[2]
+  (m, k), n = lhs.tensor.shape, rhs.tensor.shape[2 if rhs.colwise else 1]
   if k % 4 or n % 8:
-    return f"K = {k} not a multiple of 4 or N = {n} not a multiple of 8"
+    return (f"contracted dim {k} not a multiple of 4 or result columns {n} not a multiple "
+            "of 8")
   if problem.out_dtype not in _FUSED_OUT_DTYPES:
     return f"result dtype {problem.out_dtype}"
   if m > FUSED_MAX_ROWS_PER_GROUP * rhs.tensor.shape[0]:

@@ -1,10 +1,12 @@
-// The fused MXFP8 grouped GEMM (forward orientation, ragged M): what it computes and where
-// its operands' scales live. Shared by the CPU and CUDA kernels.
+// The fused MXFP8 grouped GEMM (ragged M: the forward and dgrad orientations): what it
+// computes and where its operands' scales live. Shared by the CPU and CUDA kernels.
 //
-//   out[m, :] = deq(lhs)[m, :] . deq(rhs)[g]    for the rows m of group g,
+//   out[m, :] = deq(lhs)[m, :] . deq(rhs)[g]      for the rows m of group g,
+//   out[m, :] = deq(lhs)[m, :] . deq(rhs)[g]^T    with rhs_transposed,
 //
-// lhs [M, K] rowwise (1x32 blocks along K), rhs [G, K, N] colwise (32x1 blocks along K: the
-// forward's weight stack), both with compact scales (mxfp8_layout.h). deq(q) = q * 2^(e - 127),
+// lhs [M, K] rowwise (1x32 blocks along K); rhs [G, K, N] colwise (32x1 blocks along K: the
+// forward's weight stack), or with rhs_transposed [G, N, K] rowwise (1x32 blocks along K:
+// dgrad's dy . W^T, W [G, K_model, N_model] read in place); compact scales (mxfp8_layout.h). deq(q) = q * 2^(e - 127),
 // exact in f32 (every finite MXFP8 value is an f32); products are accumulated in f32 and the
 // sum rounded once to the result type. Group sizes clamp as for every ragged GEMM (negative
 // counts as 0, running sums stop at M); rows of no group are 0.
@@ -24,11 +26,12 @@
 namespace jgg::mxfp8 {
 
 struct RaggedMProblem {
-  int64_t rows, k, n, num_groups;  // lhs [rows, k], rhs [num_groups, k, n]
+  int64_t rows, k, n, num_groups;  // lhs [rows, k], rhs [num_groups, k, n] (or [.., n, k])
   Fp8Format lhs_format, rhs_format;
   bool lhs_grouped;
   int64_t lhs_num_groups;  // when lhs_grouped
   ElementType out_type;
+  bool rhs_transposed;
 };
 
 struct RaggedMOperands {
@@ -48,7 +51,8 @@ JGG_HOST_DEVICE inline int64_t LhsScaleBytes(const RaggedMProblem& p) {
 }
 
 JGG_HOST_DEVICE inline int64_t RhsScaleBytes(const RaggedMProblem& p) {
-  return ScaleBufferBytes({GroupedLayout::kSameDims, p.num_groups, p.k, p.n});
+  return p.rhs_transposed ? ScaleBufferBytes({GroupedLayout::kSameDims, p.num_groups, p.n, p.k})
+                          : ScaleBufferBytes({GroupedLayout::kSameDims, p.num_groups, p.k, p.n});
 }
 
 // Row stride of the lhs scale matrices (one byte per 32 elements of a row, padded).
@@ -56,13 +60,15 @@ JGG_HOST_DEVICE inline int64_t LhsScaleRowBytes(const RaggedMProblem& p) {
   return GroupScaleMatrix(1, p.k, /*colwise=*/false).padded_cols;
 }
 
-// Row stride of a group's rhs scale matrix (one row per 32 rows of K, one byte per column).
+// Row stride of a group's rhs scale matrix: one row per 32 rows of K and one byte per
+// column, or (rhs_transposed) one row per row and one byte per 32 columns.
 JGG_HOST_DEVICE inline int64_t RhsScaleRowBytes(const RaggedMProblem& p) {
-  return GroupScaleMatrix(p.k, p.n, /*colwise=*/true).padded_cols;
+  return p.rhs_transposed ? GroupScaleMatrix(p.n, p.k, /*colwise=*/false).padded_cols
+                          : GroupScaleMatrix(p.k, p.n, /*colwise=*/true).padded_cols;
 }
 
 JGG_HOST_DEVICE inline int64_t RhsGroupScaleBytes(const RaggedMProblem& p) {
-  return GroupScaleBytes(p.k, p.n);
+  return p.rhs_transposed ? GroupScaleBytes(p.n, p.k) : GroupScaleBytes(p.k, p.n);
 }
 
 }  // namespace jgg::mxfp8

@@ -23,5 +23,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8DequantizeV2Cuda);
 // The fused MXFP8 grouped GEMM (forward orientation, few rows per group).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedMCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedMCuda);
+// _v2 of the fused MXFP8 GEMM: the rhs_transposed attribute (dgrad).
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedMV2Cpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedMV2Cuda);
 
 #endif  // JGG_XLA_PLUGIN_FFI_HANDLERS_H_

@@ -15,19 +15,33 @@ ffi::Error Mxfp8RaggedMCuda(cudaStream_t stream, ffi::AnyBuffer lhs,
                             ffi::Buffer<ffi::U8> lhs_scales, ffi::AnyBuffer rhs,
                             ffi::Buffer<ffi::U8> rhs_scales, ffi::Buffer<ffi::S32> group_sizes,
                             ffi::Buffer<ffi::S32> lhs_group_sizes,
-                            ffi::Result<ffi::AnyBuffer> out, bool lhs_grouped) {
+                            ffi::Result<ffi::AnyBuffer> out, bool lhs_grouped,
+                            bool rhs_transposed) {
   auto call = DecodeMxfp8RaggedM(lhs, lhs_scales, rhs, rhs_scales, group_sizes, lhs_group_sizes,
-                                 out, lhs_grouped);
+                                 out, lhs_grouped, rhs_transposed);
   if (call.has_error()) return call.error();
   if (auto e = FromCuda(MaybePoison(out, stream), "poison"); e.failure()) return e;
   return FromCuda(cuda::LaunchMxfp8RaggedM(call->problem, call->operands, stream),
                   "mxfp8 ragged_m launch");
 }
 
+ffi::Error Mxfp8RaggedMCudaV1(cudaStream_t stream, ffi::AnyBuffer lhs,
+                              ffi::Buffer<ffi::U8> lhs_scales, ffi::AnyBuffer rhs,
+                              ffi::Buffer<ffi::U8> rhs_scales, ffi::Buffer<ffi::S32> group_sizes,
+                              ffi::Buffer<ffi::S32> lhs_group_sizes,
+                              ffi::Result<ffi::AnyBuffer> out, bool lhs_grouped) {
+  return Mxfp8RaggedMCuda(stream, lhs, lhs_scales, rhs, rhs_scales, group_sizes, lhs_group_sizes,
+                          out, lhs_grouped, /*rhs_transposed=*/false);
+}
+
 }  // namespace
 }  // namespace jgg
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8RaggedMCuda, jgg::Mxfp8RaggedMCuda,
-                              jgg::BindMxfp8RaggedMOperands(
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8RaggedMCuda, jgg::Mxfp8RaggedMCudaV1,
+                              jgg::BindMxfp8RaggedMOperandsV1(
+                                  xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8RaggedMV2Cuda, jgg::Mxfp8RaggedMCuda,
+                              jgg::BindMxfp8RaggedMOperandsV2(
                                   xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -22,19 +22,22 @@ struct DecodedMxfp8RaggedM {
 inline ffi::ErrorOr<DecodedMxfp8RaggedM> DecodeMxfp8RaggedM(
     ffi::AnyBuffer lhs, ffi::Buffer<ffi::U8> lhs_scales, ffi::AnyBuffer rhs,
     ffi::Buffer<ffi::U8> rhs_scales, ffi::Buffer<ffi::S32> group_sizes,
-    ffi::Buffer<ffi::S32> lhs_group_sizes, ffi::Result<ffi::AnyBuffer> out, bool lhs_grouped) {
+    ffi::Buffer<ffi::S32> lhs_group_sizes, ffi::Result<ffi::AnyBuffer> out, bool lhs_grouped,
+    bool rhs_transposed) {
   const auto l = lhs.dimensions(), r = rhs.dimensions(), gs = group_sizes.dimensions();
   const auto lgs = lhs_group_sizes.dimensions();
   if (!HasRank(l, 2)) return ffi::Error::InvalidArgument(ShapeMismatch("lhs", "[M, K]"));
-  if (!HasRank(r, 3) || r[1] != l[1])
-    return ffi::Error::InvalidArgument(ShapeMismatch("rhs", "[G, K, N] with lhs's K"));
+  if (!HasRank(r, 3) || r[rhs_transposed ? 2 : 1] != l[1])
+    return ffi::Error::InvalidArgument(ShapeMismatch(
+        "rhs", rhs_transposed ? "[G, N, K] with lhs's K" : "[G, K, N] with lhs's K"));
+  const int64_t n = r[rhs_transposed ? 1 : 2];
   if (!HasRank(gs, 1) || gs[0] != r[0])
     return ffi::Error::InvalidArgument(ShapeMismatch("group_sizes", "[G]"));
   if (!HasRank(lgs, 1) || (!lhs_grouped && lgs[0] != 0))
     return ffi::Error::InvalidArgument(
         ShapeMismatch("lhs_group_sizes", "[lhs groups] ([0] unless lhs_grouped)"));
   const auto o = out->dimensions();
-  if (!HasRank(o, 2) || o[0] != l[0] || o[1] != r[2])
+  if (!HasRank(o, 2) || o[0] != l[0] || o[1] != n)
     return ffi::Error::InvalidArgument(ShapeMismatch("out", "[M, N]"));
   auto lhs_format = DecodeFp8Format(lhs.element_type(), "lhs");
   if (lhs_format.has_error()) return lhs_format.error();
@@ -42,8 +45,10 @@ inline ffi::ErrorOr<DecodedMxfp8RaggedM> DecodeMxfp8RaggedM(
   if (rhs_format.has_error()) return rhs_format.error();
   auto out_type = DecodeElementType(out->element_type(), "out");
   if (out_type.has_error()) return out_type.error();
-  const mxfp8::RaggedMProblem problem{l[0], l[1], r[2], r[0], lhs_format.value(),
-                                      rhs_format.value(), lhs_grouped, lgs[0], out_type.value()};
+  const mxfp8::RaggedMProblem problem{l[0],         l[1],        n,
+                                      r[0],         lhs_format.value(), rhs_format.value(),
+                                      lhs_grouped,  lgs[0],      out_type.value(),
+                                      rhs_transposed};
   if (static_cast<int64_t>(lhs_scales.element_count()) != mxfp8::LhsScaleBytes(problem))
     return ffi::Error::InvalidArgument("lhs_scales: expected mxfp8_scale_bytes() elements");
   if (static_cast<int64_t>(rhs_scales.element_count()) != mxfp8::RhsScaleBytes(problem))
@@ -54,17 +59,23 @@ inline ffi::ErrorOr<DecodedMxfp8RaggedM> DecodeMxfp8RaggedM(
                 group_sizes.typed_data(), lhs_group_sizes.typed_data(), out->untyped_data()}};
 }
 
-// lhs, lhs_scales, rhs, rhs_scales, group_sizes, lhs_group_sizes -> out; lhs_grouped.
+// lhs, lhs_scales, rhs, rhs_scales, group_sizes, lhs_group_sizes -> out; lhs_grouped (_v1),
+// and rhs_transposed (_v2; _v1 calls are the forward orientation).
 template <typename Binding>
-auto BindMxfp8RaggedMOperands(Binding&& binding) {
+auto BindMxfp8RaggedMOperandsV1(Binding&& binding) {
   return std::move(binding).template Arg<ffi::AnyBuffer>()  // lhs data [M, K]
       .template Arg<ffi::Buffer<ffi::U8>>()                 // lhs rowwise scales
-      .template Arg<ffi::AnyBuffer>()                       // rhs data [G, K, N]
-      .template Arg<ffi::Buffer<ffi::U8>>()                 // rhs colwise scales
+      .template Arg<ffi::AnyBuffer>()                       // rhs data [G, K, N] / [G, N, K]
+      .template Arg<ffi::Buffer<ffi::U8>>()                 // rhs scales along K
       .template Arg<ffi::Buffer<ffi::S32>>()                // group_sizes [G]
       .template Arg<ffi::Buffer<ffi::S32>>()                // lhs_group_sizes
       .template Ret<ffi::AnyBuffer>()                       // out [M, N]
       .template Attr<bool>("lhs_grouped");
+}
+
+template <typename Binding>
+auto BindMxfp8RaggedMOperandsV2(Binding&& binding) {
+  return BindMxfp8RaggedMOperandsV1(std::move(binding)).template Attr<bool>("rhs_transposed");
 }
 
 }  // namespace jgg

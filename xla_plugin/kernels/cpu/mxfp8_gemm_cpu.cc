@@ -1,5 +1,6 @@
 // Dequantizes with the portable MXFP8 kernels (lhs whole, the weights one group at a time, so
-// the f32 copy is one [K, N] matrix) and multiplies with the ragged kernels' f32 GEMM.
+// the f32 copy is one [K, N] matrix, transposed ones copied into that layout) and multiplies
+// with the ragged kernels' f32 GEMM.
 #include "xla_plugin/kernels/cpu/mxfp8_gemm_cpu.h"
 
 #include <vector>
@@ -15,6 +16,7 @@ void Mxfp8RaggedM(const mxfp8::RaggedMProblem& p, const mxfp8::RaggedMOperands& 
   const GroupedLayout lhs_layout = p.lhs_grouped ? GroupedLayout::kVaryingFirst
                                                  : GroupedLayout::kSameDims;
   std::vector<float> lhs(p.rows * p.k), rhs(p.k * p.n), out;
+  std::vector<float> transposed(p.rhs_transposed ? p.k * p.n : 0);
   Mxfp8Dequantize({{lhs_layout, p.lhs_grouped ? p.lhs_num_groups : 1, p.rows, p.k},
                    p.lhs_format, /*colwise=*/false, /*swizzled=*/false, ElementType::kF32,
                    mxfp8::LhsScaleBytes(p)},
@@ -28,11 +30,19 @@ void Mxfp8RaggedM(const mxfp8::RaggedMProblem& p, const mxfp8::RaggedMOperands& 
   for (int64_t g = 0; g < p.num_groups; ++g) {
     const int64_t begin = schedule.row_begin[g], rows = schedule.row_begin[g + 1] - begin;
     if (rows == 0) continue;
-    // Expert g alone, as a one-matrix stack (which reads no group sizes).
-    Mxfp8Dequantize({{GroupedLayout::kSameDims, 1, p.k, p.n}, p.rhs_format, /*colwise=*/true,
-                     /*swizzled=*/false, ElementType::kF32, scale_bytes},
+    // Expert g alone, as a one-matrix stack (which reads no group sizes); a transposed one
+    // ([n, k] rowwise) is dequantized, then laid out [k, n] for the GEMM.
+    const int64_t rhs_rows = p.rhs_transposed ? p.n : p.k, rhs_cols = p.rhs_transposed ? p.k : p.n;
+    float* dequantized = p.rhs_transposed ? transposed.data() : rhs.data();
+    Mxfp8Dequantize({{GroupedLayout::kSameDims, 1, rhs_rows, rhs_cols}, p.rhs_format,
+                     /*colwise=*/!p.rhs_transposed, /*swizzled=*/false, ElementType::kF32,
+                     scale_bytes},
                     {o.rhs + g * p.k * p.n, o.rhs_scales + g * scale_bytes,
-                     /*group_sizes=*/nullptr, rhs.data()});
+                     /*group_sizes=*/nullptr, dequantized});
+    if (p.rhs_transposed) {
+      for (int64_t i = 0; i < p.n; ++i)
+        for (int64_t j = 0; j < p.k; ++j) rhs[j * p.n + i] = transposed[i * p.k + j];
+    }
     out.resize(rows * p.n);
     GemmF32(rows, p.n, p.k, lhs.data() + begin * p.k, p.k, 1, rhs.data(), p.n, out.data(), p.n);
     Narrow(out.data(), rows * p.n, o.out, p.out_type, begin * p.n);
