@@ -14,7 +14,7 @@ speedup = BF16 time / MXFP8 time. SPEC section 8 targets: >= 1.0x on compute-bou
 >= 1.3x on the weight-bandwidth-bound (decode) shape.
 
 Each row names the backend mxfp8_gemm.choose_backend picked: "fused_few_rows" (the forward
-of few rows per group, weights dequantized in registers) or "dequantize" (a bf16 copy of each
+of few rows per group, fp8 weight codes on tensor cores) or "dequantize" (a bf16 copy of each
 operand in HBM, then the BF16 grouped GEMM: slower than BF16 by the dequantize passes).
 
 check_rel_err: ||MXFP8 - BF16 GEMM of the dequantized operands|| / ||the latter||, on the
@@ -33,7 +33,7 @@ from tools.bench import shapes as shapes_lib
 from tools.bench import worker_protocol as wp
 
 TARGET_SPEEDUP = {"compute": 1.0, "weight_bandwidth": 1.3}
-PATH_NOTE = ("backend: fused_few_rows = the fused kernel (fp8 weights dequantized in registers); "
+PATH_NOTE = ("backend: fused_few_rows = the fused kernel (fp8 weight codes multiplied on tensor cores, no bf16 copy); "
              "dequantize = a bf16 copy of each operand in HBM, then the BF16 grouped GEMM (more "
              "bytes and work than BF16: below target by construction).")
 # (lhs tensor, its orientation is colwise, rhs tensor, colwise) of each pass.
