@@ -13,8 +13,8 @@ For every anchor shape of tools/bench/shapes.py and every pass (fwd, dgrad, wgra
 speedup = BF16 time / MXFP8 time. SPEC section 8 targets: >= 1.0x on compute-bound shapes,
 >= 1.3x on the weight-bandwidth-bound (decode) shape.
 
-Each row names the backend mxfp8_gemm.choose_backend picked: "fused_few_rows" (the forward
-of few rows per group, fp8 weight codes on tensor cores) or "dequantize" (a bf16 copy of each
+Each row names the backend mxfp8_gemm.choose_backend picked: "fused_few_rows" (forward
+and dgrad of few rows per group, fp8 weight codes on tensor cores) or "dequantize" (a bf16 copy of each
 operand in HBM, then the BF16 grouped GEMM: slower than BF16 by the dequantize passes).
 
 check_rel_err: ||MXFP8 - BF16 GEMM of the dequantized operands|| / ||the latter||, on the
