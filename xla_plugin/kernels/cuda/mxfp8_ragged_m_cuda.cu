@@ -187,6 +187,16 @@ __device__ inline void LoadBlock(const LaneOperands& l, int64_t kb, BlockLoads& 
   for (int i = 0; i < 2; ++i) b.x_scales[i] = l.x_scales[i] ? __ldg(l.x_scales[i] + block) : kNeutralScale;
 }
 
+// Forward: asks L2 for the weights of the MX block at kb (the next one), lane l for row
+// kb + l of the warp's 128 columns: no registers held, and the block's loads then wait for L2
+// instead of DRAM (1.37x -> 1.48x BF16 on decode-zipf). Dgrad's 128 separate 32-byte row
+// segments per block made it slower (0.72x), so it does not prefetch.
+__device__ inline void PrefetchForwardBlock(const LaneOperands& l, int64_t kb) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = kb + lane;
+  if (row < l.k) asm volatile("prefetch.global.L2 [%0];" ::"l"(l.w - kLaneCols * (lane / 4) + row * l.n));
+}
+
 // --- multiplies -----------------------------------------------------------------------------
 
 // The A fragment of tile j, step s: rows g and g + 8 are local columns 2j and 2j + 1, k-slots
@@ -322,6 +332,7 @@ __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const
   float acc[kTiles][4] = {};
   for (int64_t block = first; block < last; ++block) {
     const int64_t kb = block * mxfp8::kBlockSize;
+    if (!kTransposed && block + 1 < last) PrefetchForwardBlock(l, kb + mxfp8::kBlockSize);
     BlockLoads loads;
     LoadBlock<kTransposed, kWide>(l, kb, loads);
     if (__any_sync(0xffffffffu, OutsideSafeScales(loads))) {
