@@ -11,6 +11,8 @@ element types; every result dtype; NaN/Inf blocks (the kernel's exact path). Run
 GPU), outputs poisoned first (conftest), so an unwritten element is NaN.
 """
 
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +22,8 @@ import jax_grouped_gemm as jgg
 from jax_grouped_gemm import mxfp8_gemm
 from jax_grouped_gemm.grouped_dense import DGRAD_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
+import command_buffers
+from conftest import requires_gpu
 from mxfp8_gemm_reference import check_product, dequantized, product
 
 mxfp8 = jgg.mxfp8
@@ -249,3 +253,44 @@ def test_under_vmap_and_grad_of_grouped_dense():
                                                 group_sizes))(jnp.stack([x, -x]))
   np.testing.assert_array_equal(np.asarray(batched[0], np.float32),
                                 -np.asarray(batched[1], np.float32))
+
+
+# --- graph safety ---------------------------------------------------------------------------
+
+# Run in a fresh process: XLA_FLAGS are read once, when the backend starts.
+_COMMAND_BUFFER_SCRIPT = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    import jax_grouped_gemm as jgg
+    from jax_grouped_gemm.mxfp8_gemm import DGRAD_DIMENSION_NUMBERS
+    from mxfp8_gemm_reference import check_product, dequantized
+    mx = jgg.mxfp8
+
+    def fused_step(x, dy, w, sizes):  # 8 rows per group on average: both GEMMs fused
+      qx, qdy = mx.quantize(x, sizes), mx.quantize(dy, sizes)
+      qw = mx.quantize(w, rowwise=True, colwise=True)
+      y = mx.ragged_dot(qx, qw, sizes, preferred_element_type=jnp.float32)
+      dx = mx.ragged_dot_general(qdy, qw, sizes, DGRAD_DIMENSION_NUMBERS,
+                                 preferred_element_type=jnp.float32)
+      return qx, qdy, qw, y, dx
+
+    step = jax.jit(fused_step)
+    rng = np.random.default_rng(0)
+    m, k, n, g = 64, 256, 384, 8
+    x = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    dy = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((g, k, n)), jnp.bfloat16)
+    for sizes in ([8] * 8, [64] + [0] * 7, [0] * 8, [3, 20, 0, 1, 9, 0, 2, 29],
+                  [-4, 100, 1, 1, 0, 0, 0, 0]):
+      qx, qdy, qw, y, dx = step(x, dy, w, jnp.asarray(sizes, jnp.int32))
+      check_product(y, "fwd", dequantized(qx, False), dequantized(qw, True), sizes)
+      check_product(dx, "dgrad", dequantized(qdy, False), dequantized(qw, False), sizes)
+    print("replays ok")
+""")
+
+
+@requires_gpu
+def test_captured_in_command_buffer_and_replays_with_new_group_sizes(tmp_path):
+  """The fused forward and dgrad (and the quantize calls feeding them) run inside one
+  command buffer, replayed with new device group sizes and checked every time."""
+  ours = command_buffers.custom_calls_after_capture(_COMMAND_BUFFER_SCRIPT, tmp_path, "fused_step")
+  assert len(ours) >= 5 and all(map(command_buffers.nested_in_a_command_buffer, ours)), ours
