@@ -20,6 +20,10 @@ CUDA_GENCODE = [
 ]
 
 # -DNDEBUG matters for speed: without it ptxas serializes CUTLASS's wgmma (warning C7510).
+# --objdir-as-tempdir: nvcc names its intermediate files in $TMPDIR after its process id,
+# and every sandboxed action runs in its own PID namespace with the same small ids, so two
+# concurrent compiles could swap intermediates (seen: one SM90 variant's object held another
+# variant's kernels). Beside the object, each action's intermediates have names of their own.
 _NVCC_FLAGS = [
     "-std=c++17",
     "-O3",
@@ -27,6 +31,7 @@ _NVCC_FLAGS = [
     "-Xcompiler",
     "-fPIC",
     "--expt-relaxed-constexpr",
+    "--objdir-as-tempdir",
 ]
 
 _HEADER_EXTENSIONS = ("h", "hh", "hpp", "cuh", "inl", "inc")
