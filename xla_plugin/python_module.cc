@@ -36,30 +36,39 @@ nb::capsule Capsule(XLA_FFI_Handler* handler) {
   return nb::capsule(reinterpret_cast<void*>(handler));
 }
 
+// Every target with its CPU and CUDA handler (null in a build without CUDA).
+struct Target {
+  const char* name;
+  XLA_FFI_Handler* cpu;
+  XLA_FFI_Handler* cuda;
+};
+
+#ifdef JGG_WITH_CUDA
+#define JGG_CUDA_HANDLER(handler) handler
+#else
+#define JGG_CUDA_HANDLER(handler) nullptr
+#endif
+
+const Target kTargets[] = {
+    {kRaggedMTarget, JggRaggedMCpu, JGG_CUDA_HANDLER(JggRaggedMCuda)},
+    {kRaggedKTarget, JggRaggedKCpu, JGG_CUDA_HANDLER(JggRaggedKCuda)},
+    {kMxfp8QuantizeTarget, JggMxfp8QuantizeV2Cpu, JGG_CUDA_HANDLER(JggMxfp8QuantizeV2Cuda)},
+    {kMxfp8DequantizeTarget, JggMxfp8DequantizeV2Cpu, JGG_CUDA_HANDLER(JggMxfp8DequantizeV2Cuda)},
+    {kMxfp8QuantizeTargetV1, JggMxfp8QuantizeCpu, JGG_CUDA_HANDLER(JggMxfp8QuantizeCuda)},
+    {kMxfp8DequantizeTargetV1, JggMxfp8DequantizeCpu, JGG_CUDA_HANDLER(JggMxfp8DequantizeCuda)},
+    {kMxfp8RaggedMTarget, JggMxfp8RaggedMV2Cpu, JGG_CUDA_HANDLER(JggMxfp8RaggedMV2Cuda)},
+    {kMxfp8RaggedMTargetV1, JggMxfp8RaggedMCpu, JGG_CUDA_HANDLER(JggMxfp8RaggedMCuda)},
+};
+
 nb::dict Registrations() {
-  nb::dict cpu;
-  cpu[kRaggedMTarget] = Capsule(JggRaggedMCpu);
-  cpu[kRaggedKTarget] = Capsule(JggRaggedKCpu);
-  cpu[kMxfp8QuantizeTarget] = Capsule(JggMxfp8QuantizeV2Cpu);
-  cpu[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeV2Cpu);
-  cpu[kMxfp8QuantizeTargetV1] = Capsule(JggMxfp8QuantizeCpu);
-  cpu[kMxfp8DequantizeTargetV1] = Capsule(JggMxfp8DequantizeCpu);
-  cpu[kMxfp8RaggedMTarget] = Capsule(JggMxfp8RaggedMV2Cpu);
-  cpu[kMxfp8RaggedMTargetV1] = Capsule(JggMxfp8RaggedMCpu);
+  nb::dict cpu, cuda;
+  for (const Target& target : kTargets) {
+    cpu[target.name] = Capsule(target.cpu);
+    if (target.cuda != nullptr) cuda[target.name] = Capsule(target.cuda);
+  }
   nb::dict platforms;
   platforms["cpu"] = cpu;
-#ifdef JGG_WITH_CUDA
-  nb::dict cuda;
-  cuda[kRaggedMTarget] = Capsule(JggRaggedMCuda);
-  cuda[kRaggedKTarget] = Capsule(JggRaggedKCuda);
-  cuda[kMxfp8QuantizeTarget] = Capsule(JggMxfp8QuantizeV2Cuda);
-  cuda[kMxfp8DequantizeTarget] = Capsule(JggMxfp8DequantizeV2Cuda);
-  cuda[kMxfp8QuantizeTargetV1] = Capsule(JggMxfp8QuantizeCuda);
-  cuda[kMxfp8DequantizeTargetV1] = Capsule(JggMxfp8DequantizeCuda);
-  cuda[kMxfp8RaggedMTarget] = Capsule(JggMxfp8RaggedMV2Cuda);
-  cuda[kMxfp8RaggedMTargetV1] = Capsule(JggMxfp8RaggedMCuda);
-  platforms["CUDA"] = cuda;
-#endif
+  if (cuda.size() > 0) platforms["CUDA"] = cuda;
   return platforms;
 }
 
