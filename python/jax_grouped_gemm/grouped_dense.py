@@ -35,7 +35,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 
@@ -47,7 +46,6 @@ from jax_grouped_gemm.ragged_dot import ragged_dot
 
 X_RESIDUAL, KERNEL_RESIDUAL = "jgg_mxfp8_x", "jgg_mxfp8_kernel"
 RESIDUAL_NAMES = (X_RESIDUAL, KERNEL_RESIDUAL)
-
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,8 +14,9 @@ speedup = BF16 time / MXFP8 time. SPEC section 8 targets: >= 1.0x on compute-bou
 >= 1.3x on the weight-bandwidth-bound (decode) shape.
 
 Each row names the backend mxfp8_gemm.choose_backend picked: "fused_few_rows" (forward
-and dgrad of few rows per group, fp8 weight codes on tensor cores) or "dequantize" (a bf16 copy of each
-operand in HBM, then the BF16 grouped GEMM: slower than BF16 by the dequantize passes).
+and dgrad of few rows per group, fp8 weight codes on tensor cores) or "dequantize" (a bf16
+copy of each operand in HBM, then the BF16 grouped GEMM: slower than BF16 by the dequantize
+passes).
 
 check_rel_err: ||MXFP8 - BF16 GEMM of the dequantized operands|| / ||the latter||, on the
 full output (0 by construction on the dequantize path; f32-accumulation level on the fused
@@ -33,9 +34,10 @@ from tools.bench import shapes as shapes_lib
 from tools.bench import worker_protocol as wp
 
 TARGET_SPEEDUP = {"compute": 1.0, "weight_bandwidth": 1.3}
-PATH_NOTE = ("backend: fused_few_rows = the fused kernel (fp8 weight codes multiplied on tensor cores, no bf16 copy); "
-             "dequantize = a bf16 copy of each operand in HBM, then the BF16 grouped GEMM (more "
-             "bytes and work than BF16: below target by construction).")
+PATH_NOTE = ("backend: fused_few_rows = the fused kernel (fp8 weight codes multiplied on "
+             "tensor cores, no bf16 copy); dequantize = a bf16 copy of each operand in HBM, "
+             "then the BF16 grouped GEMM (more bytes and work than BF16: below target by "
+             "construction).")
 # (lhs tensor, its orientation is colwise, rhs tensor, colwise) of each pass.
 ORIENTATIONS = {"fwd": ("x", False, "w", True), "dgrad": ("dy", False, "w", False),
                 "wgrad": ("x", True, "dy", True)}
@@ -150,8 +152,8 @@ def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print) -> dict:
                     tflops_bf16=shape.flops() / bf16["seconds"] / 1e12,
                     tflops_mxfp8=shape.flops() / mxfp8["seconds"] / 1e12)
       records.append(record)
-      log(f"{shape.name:>18} {pass_name:>5} [{record['backend']}]: BF16 {bf16['seconds'] * 1e3:8.3f} ms  MXFP8 "
-          f"{mxfp8['seconds'] * 1e3:8.3f} ms  {speedup:5.2f}x (target "
+      log(f"{shape.name:>18} {pass_name:>5} [{record['backend']}]: BF16 "
+          f"{bf16['seconds'] * 1e3:8.3f} ms  MXFP8 {mxfp8['seconds'] * 1e3:8.3f} ms  {speedup:5.2f}x (target "
           f"{record['target_speedup']:.1f}x)  check {check:.1e}")
   operands_of.clear()
   result = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine, repository root, native module carried over: the tests of the CUDA paths for
-# few rows per group (streamed wgrad, fused MXFP8 forward), compute-sanitizer memcheck of the
-# ragged edge cases and of the fused MXFP8 tests, then the decode benchmarks: BF16 with the
+# few rows per group (streamed wgrad, fused MXFP8 forward and dgrad), compute-sanitizer
+# memcheck of the ragged edge cases and of the fused MXFP8 tests, then the decode benchmarks: BF16 with the
 # streamed wgrad groups and without them (JGG_WGRAD_STREAMED_ROWS=0), torch and the copy
 # ceiling; MXFP8 vs BF16. Logs and results under $OUT (or /tmp/jgg-gpu).
 set -uo pipefail

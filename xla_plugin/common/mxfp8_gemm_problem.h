@@ -6,9 +6,9 @@
 //
 // lhs [M, K] rowwise (1x32 blocks along K); rhs [G, K, N] colwise (32x1 blocks along K: the
 // forward's weight stack), or with rhs_transposed [G, N, K] rowwise (1x32 blocks along K:
-// dgrad's dy . W^T, W [G, K_model, N_model] read in place); compact scales (mxfp8_layout.h). deq(q) = q * 2^(e - 127),
-// exact in f32 (every finite MXFP8 value is an f32); products are accumulated in f32 and the
-// sum rounded once to the result type. Group sizes clamp as for every ragged GEMM (negative
+// dgrad's dy . W^T, W [G, K_model, N_model] read in place); compact scales (mxfp8_layout.h).
+// deq(q) = q * 2^(e - 127), exact in f32 (every finite MXFP8 value is an f32); products are
+// accumulated in f32 and the sum rounded once to the result type. Group sizes clamp as for every ragged GEMM (negative
 // counts as 0, running sums stop at M); rows of no group are 0.
 //
 // The lhs is either one [M, K] matrix ("dense") or row groups of its own ("varying_first",

@@ -45,10 +45,9 @@ inline ffi::ErrorOr<DecodedMxfp8RaggedM> DecodeMxfp8RaggedM(
   if (rhs_format.has_error()) return rhs_format.error();
   auto out_type = DecodeElementType(out->element_type(), "out");
   if (out_type.has_error()) return out_type.error();
-  const mxfp8::RaggedMProblem problem{l[0],         l[1],        n,
-                                      r[0],         lhs_format.value(), rhs_format.value(),
-                                      lhs_grouped,  lgs[0],      out_type.value(),
-                                      rhs_transposed};
+  const mxfp8::RaggedMProblem problem{
+      l[0],        l[1],   n, r[0], lhs_format.value(), rhs_format.value(),
+      lhs_grouped, lgs[0], out_type.value(), rhs_transposed};
   if (static_cast<int64_t>(lhs_scales.element_count()) != mxfp8::LhsScaleBytes(problem))
     return ffi::Error::InvalidArgument("lhs_scales: expected mxfp8_scale_bytes() elements");
   if (static_cast<int64_t>(rhs_scales.element_count()) != mxfp8::RhsScaleBytes(problem))
