@@ -152,6 +152,12 @@ CASES = {
     # More groups (80) than the CTA has threads (32): the prefix sums run in chunks.
     "many_groups": ("varying_first", (300, 40), "bfloat16",
                     np.random.default_rng(0).integers(-2, 9, size=80)),
+    # Wide tiles with more groups (300) than their CTA has threads (128).
+    "many_groups_wide": ("varying_first", (700, 256), "bfloat16",
+                         np.random.default_rng(1).integers(-2, 6, size=300)),
+    # Rows that are not whole 16-byte chunks: 8-byte strips, 64- and 128-thread CTAs.
+    "dense_strips_64": ("dense", (40, 202), "bfloat16", None),
+    "dense_strips_128": ("dense", (40, 482), "float16", None),
 }
 
 
@@ -206,12 +212,17 @@ def test_emulated_unaligned_input_takes_the_scalar_path(emulator, job_split, in_
   _assert_same(emulated, q)
 
 
-def test_emulation_covers_several_cta_widths(emulator):
-  """The cases above run 32-, 64-, 96- and 128-thread CTAs (more groups than threads included)."""
-  widths = set()
-  for case in ("dense_vector", "dense_two_col_tiles", "varying_first_wide", "varying_last",
-               "many_groups"):
+def test_emulation_covers_both_kernel_families(emulator):
+  """The cases above run the wide kernels (16-byte chunks, 128-thread CTAs) and the strip
+  kernels at 32-, 64-, 96- and 128-thread CTAs (more groups than threads included)."""
+  def width(case):
     layout, shape, in_dtype, sizes = CASES[case]
     x = _values(1, shape, jnp.dtype(in_dtype))
-    widths.add(emulate(emulator, x, sizes, layout, jnp.float8_e4m3fn, True, False, False)[1])
-  assert {32, 64, 96, 128} <= widths
+    return emulate(emulator, x, sizes, layout, jnp.float8_e4m3fn, True, False, False)[1]
+
+  wide = {case: width(case) for case in ("dense_vector", "dense_f32", "varying_first_wide",
+                                         "same_dims", "varying_both", "many_groups_wide")}
+  assert set(wide.values()) == {-128}, wide  # negative: wide tiles
+  strips = {width(case) for case in ("varying_first_odd", "dense_strips_64", "dense_scalar_stride",
+                                     "varying_last", "dense_strips_128")}
+  assert strips == {32, 64, 96, 128}

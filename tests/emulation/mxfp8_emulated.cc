@@ -1,7 +1,7 @@
 // The CUDA MXFP8 kernels (xla_plugin/kernels/cuda/mxfp8_kernels.cuh), unchanged, run on the CPU
 // through simt_shim.h; C entry points for tests/test_mxfp8_emulated.py (ctypes).
 #include "tests/emulation/simt_shim.h"
-#include "xla_plugin/kernels/cuda/mxfp8_kernels.cuh"
+#include "xla_plugin/kernels/cuda/mxfp8_wide_kernels.cuh"
 
 namespace {
 
@@ -14,22 +14,25 @@ constexpr int64_t kResidentCtas = 3;
 // Launches pass a zeroed job counter (the dynamic job split) when set, none (static) otherwise.
 bool g_job_counter = false;
 
+// Runs kernel(grid, args...) on every CTA of `grid`, as the CUDA launch would; returns the CTA
+// width, negative for wide tiles (the tests' coverage checks).
+template <typename Kernel, typename Operands, typename... Args>
+int EmulateJobs(Kernel kernel, Grid grid, Operands ops, Args... args) {
+  unsigned long long counter = 0;
+  ops.job_counter = g_job_counter ? &counter : nullptr;
+  SetCtas(grid, kResidentCtas, DynamicJobs(grid, ops.job_counter));
+  simt::Launch(grid.ctas, grid.threads, [&] { kernel(grid, ops, args...); });
+  return grid.wide ? -grid.threads : grid.threads;
+}
+
 struct EmulatedQuantize {
   const jgg::mxfp8::QuantizeProblem& p;
   const jgg::mxfp8::QuantizeOperands& o;
   template <typename In, bool kRow, bool kCol, jgg::mxfp8::Fp8Format kFormat>
   int Run() {
-    Grid grid = QuantizeGrid(p, o, Strip<In>::kCount);
-    const int threads = static_cast<int>(grid.tile_cols / Strip<In>::kCount);
-    const bool swizzled = p.swizzled;
-    unsigned long long counter = 0;
-    jgg::mxfp8::QuantizeOperands ops = o;
-    ops.job_counter = g_job_counter ? &counter : nullptr;
-    SetCtas(grid, kResidentCtas, DynamicJobs(grid, ops.job_counter));
-    simt::Launch(grid.ctas, threads, [&] {
-      QuantizeKernel<In, kRow, kCol, kFormat>(grid, ops, swizzled);
-    });
-    return threads;
+    const Grid grid = QuantizeGrid(p, o, sizeof(In));
+    if (grid.wide) return EmulateJobs(QuantizeWideKernel<In, kRow, kCol, kFormat>, grid, o, p.swizzled);
+    return EmulateJobs(QuantizeKernel<In, kRow, kCol, kFormat>, grid, o, p.swizzled);
   }
 };
 
@@ -38,17 +41,11 @@ struct EmulatedDequantize {
   const jgg::mxfp8::DequantizeOperands& o;
   template <typename Out, jgg::mxfp8::Fp8Format kFormat>
   int Run() {
-    constexpr int kVec = kDequantVec;
-    Grid grid = DequantizeGrid(p, o, kVec);
-    const int threads = static_cast<int>(grid.tile_cols / kVec);
-    unsigned long long counter = 0;
-    jgg::mxfp8::DequantizeOperands ops = o;
-    ops.job_counter = g_job_counter ? &counter : nullptr;
-    SetCtas(grid, kResidentCtas, DynamicJobs(grid, ops.job_counter));
-    simt::Launch(grid.ctas, threads, [&] {
-      DequantizeKernel<Out, kFormat>(grid, ops, p.colwise, p.swizzled);
-    });
-    return threads;
+    const Grid grid = DequantizeGrid(p, o);
+    if (grid.wide) {
+      return EmulateJobs(DequantizeWideKernel<Out, kFormat>, grid, o, p.colwise, p.swizzled);
+    }
+    return EmulateJobs(DequantizeKernel<Out, kFormat>, grid, o, p.colwise, p.swizzled);
   }
 };
 

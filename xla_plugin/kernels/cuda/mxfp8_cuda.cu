@@ -2,8 +2,9 @@
 #include "xla_plugin/kernels/cuda/mxfp8_cuda.h"
 
 #include <atomic>
+#include <cstdlib>
 
-#include "xla_plugin/kernels/cuda/mxfp8_kernels.cuh"
+#include "xla_plugin/kernels/cuda/mxfp8_wide_kernels.cuh"
 
 namespace jgg::cuda {
 namespace {
@@ -41,6 +42,25 @@ int64_t ResidentCtas(Kernel kernel, int threads, ResidentCache& cache) {
   return resident;
 }
 
+// JGG_MXFP8_STRIPS=1 keeps every call on the 8-byte strip kernels (measurements of the two
+// kernel families in one process).
+bool WideAllowed() {
+  static const bool allowed = [] {
+    const char* value = std::getenv("JGG_MXFP8_STRIPS");
+    return value == nullptr || value[0] != '1';
+  }();
+  return allowed;
+}
+
+// Launches `kernel` over grid's jobs: one wave of CTAs taking jobs from the counter.
+template <typename Kernel, typename... Args>
+cudaError_t LaunchJobs(Kernel kernel, Grid& grid, const void* job_counter, ResidentCache& cache,
+                       cudaStream_t stream, Args... args) {
+  SetCtas(grid, ResidentCtas(kernel, grid.threads, cache), DynamicJobs(grid, job_counter));
+  kernel<<<grid.ctas, grid.threads, 0, stream>>>(grid, args...);
+  return cudaGetLastError();
+}
+
 struct QuantizeLaunch {
   const mxfp8::QuantizeProblem& p;
   const mxfp8::QuantizeOperands& o;
@@ -48,14 +68,15 @@ struct QuantizeLaunch {
 
   template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
   cudaError_t Run() {
-    Grid grid = QuantizeGrid(p, o, Strip<In>::kCount);
+    Grid grid = QuantizeGrid(p, o, sizeof(In), WideAllowed());
     if (grid.jobs == 0) return cudaSuccess;
-    const int threads = static_cast<int>(grid.tile_cols / Strip<In>::kCount);
-    const auto kernel = QuantizeKernel<In, kRow, kCol, kFormat>;
-    static ResidentCache cache;
-    SetCtas(grid, ResidentCtas(kernel, threads, cache), DynamicJobs(grid, o.job_counter));
-    kernel<<<grid.ctas, threads, 0, stream>>>(grid, o, p.swizzled);
-    return cudaGetLastError();
+    static ResidentCache wide_cache, strip_cache;
+    if (grid.wide) {
+      return LaunchJobs(QuantizeWideKernel<In, kRow, kCol, kFormat>, grid, o.job_counter,
+                        wide_cache, stream, o, p.swizzled);
+    }
+    return LaunchJobs(QuantizeKernel<In, kRow, kCol, kFormat>, grid, o.job_counter, strip_cache,
+                      stream, o, p.swizzled);
   }
 };
 
@@ -66,15 +87,15 @@ struct DequantizeLaunch {
 
   template <typename Out, Fp8Format kFormat>
   cudaError_t Run() {
-    constexpr int kVec = kDequantVec;
-    Grid grid = DequantizeGrid(p, o, kVec);
+    Grid grid = DequantizeGrid(p, o, WideAllowed());
     if (grid.jobs == 0) return cudaSuccess;
-    const int threads = static_cast<int>(grid.tile_cols / kVec);
-    const auto kernel = DequantizeKernel<Out, kFormat>;
-    static ResidentCache cache;
-    SetCtas(grid, ResidentCtas(kernel, threads, cache), DynamicJobs(grid, o.job_counter));
-    kernel<<<grid.ctas, threads, 0, stream>>>(grid, o, p.colwise, p.swizzled);
-    return cudaGetLastError();
+    static ResidentCache wide_cache, strip_cache;
+    if (grid.wide) {
+      return LaunchJobs(DequantizeWideKernel<Out, kFormat>, grid, o.job_counter, wide_cache,
+                        stream, o, p.colwise, p.swizzled);
+    }
+    return LaunchJobs(DequantizeKernel<Out, kFormat>, grid, o.job_counter, strip_cache, stream,
+                      o, p.colwise, p.swizzled);
   }
 };
 

@@ -57,6 +57,10 @@ constexpr int kMinCtasPerSmBoth = 3;  // 166 registers, no spills (at 128: 200 b
 constexpr int kStripBytes = 8;            // input bytes per thread and row (quantize)
 constexpr int kDequantVec = 4;            // fp8 bytes per thread and row (dequantize)
 constexpr int64_t kTailChunkBytes = 16384;  // scale bytes one CTA zeroes past the groups
+// Wide tiles (mxfp8_wide_kernels.cuh): 4 warps of 8 rows each, 16-byte chunks per lane and row.
+constexpr int kWideThreads = kMaxThreads;
+constexpr int kWideRows = kTileRows / (kWideThreads / 32);
+constexpr int kWideDequantChunk = 16;  // fp8 elements per lane and row
 
 struct Grid {
   GroupedShape shape;
@@ -66,6 +70,8 @@ struct Grid {
   int64_t ctas;         // CTAs launched: CTA c does jobs c, c + ctas, c + 2 * ctas, ...
   int64_t scale_bytes;  // of each orientation's buffer
   bool aligned;         // every base pointer is 16-byte aligned
+  bool wide;            // wide tiles (mxfp8_wide_kernels.cuh), else 8-byte strips
+  int threads;          // per CTA
 };
 
 // The launch makes as many CTAs as fit on the GPU at once (one wave: no last partial wave), and
@@ -418,6 +424,15 @@ __device__ inline void ZeroOwnedScalePadding(const Region& r, int64_t row_tile, 
 
 // --- 8-byte strips of elements -----------------------------------------------------------------
 
+// Element k of T elements packed little-endian in 32-bit words, as f32 (exact).
+template <typename T>
+__device__ inline float PackedValue(const uint32_t* w, int k) {
+  if constexpr (sizeof(T) == 4) return __uint_as_float(w[k]);
+  const uint32_t bits = (w[k / 2] >> (16 * (k % 2))) & 0xFFFFu;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(bits << 16);
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+
 // Rows of a 32-row tile that lie below `remaining` rows of the region (clamped to [0, 32]).
 __device__ inline int TileRowsBelow(int64_t remaining) {
   return remaining <= 0 ? 0 : remaining >= kTileRows ? kTileRows : static_cast<int>(remaining);
@@ -427,15 +442,9 @@ template <typename T>
 struct Strip {
   static constexpr int kCount = kStripBytes / sizeof(T);
   static constexpr int kBits = 8 * sizeof(T);
-  static __device__ uint32_t Bits(const uint2& v, int k) {
-    if constexpr (kBits == 32) return k == 0 ? v.x : v.y;
-    return ((k < 2 ? v.x : v.y) >> (16 * (k % 2))) & 0xFFFFu;
-  }
   static __device__ float Get(const uint2& v, int k) {
-    const uint32_t bits = Bits(v, k);
-    if constexpr (std::is_same_v<T, float>) return __uint_as_float(bits);
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(bits << 16);
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    const uint32_t w[2] = {v.x, v.y};
+    return PackedValue<T>(w, k);
   }
   // The first `count` elements at `p` (the rest 0), element by element: ragged edges and
   // unaligned pointers (whole aligned strips take one 8-byte load instead).
@@ -515,21 +524,32 @@ __device__ inline uint32_t AbsMaxPair(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(&m);
 }
 
-// The strip's elements scaled by their blocks' factors, as packed fp8 bytes (element k in
-// byte k).
+// kCount packed elements scaled by their blocks' factors, as packed fp8 bytes (element k in
+// byte k of `bytes`, ceil(kCount / 4) words).
+template <typename In, Fp8Format kFormat, int kCount>
+__device__ inline void QuantizePacked(const uint32_t* w, const float* factor, uint32_t* bytes) {
+  constexpr __nv_fp8_interpretation_t kKind = kFormat == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+#pragma unroll
+  for (int b = 0; b < (kCount + 3) / 4; ++b) bytes[b] = 0;
+#pragma unroll
+  for (int k = 0; k < kCount; k += 2) {
+    const uint32_t pair = __nv_cvt_float2_to_fp8x2(
+        make_float2(__fmul_rn(PackedValue<In>(w, k), factor[k]),
+                    __fmul_rn(PackedValue<In>(w, k + 1), factor[k + 1])),
+        __NV_SATFINITE, kKind);
+    bytes[k / 4] |= pair << (8 * (k % 4));
+  }
+#pragma unroll
+  for (int b = 0; b < (kCount + 3) / 4; ++b) bytes[b] = CanonicalNaNBytes<kFormat>(bytes[b]);
+}
+
+// The strip's elements scaled by their blocks' factors, as packed fp8 bytes.
 template <typename In, Fp8Format kFormat>
 __device__ inline uint32_t QuantizeStrip(const uint2& v, const float* factor) {
-  using S = Strip<In>;
-  constexpr __nv_fp8_interpretation_t kKind = kFormat == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
-  uint32_t bytes = 0;
-#pragma unroll
-  for (int k = 0; k < S::kCount; k += 2) {
-    const uint32_t pair = __nv_cvt_float2_to_fp8x2(
-        make_float2(__fmul_rn(S::Get(v, k), factor[k]), __fmul_rn(S::Get(v, k + 1), factor[k + 1])),
-        __NV_SATFINITE, kKind);
-    bytes |= pair << (8 * k);
-  }
-  return CanonicalNaNBytes<kFormat>(bytes);
+  const uint32_t w[2] = {v.x, v.y};
+  uint32_t bytes[1];
+  QuantizePacked<In, kFormat, Strip<In>::kCount>(w, factor, bytes);
+  return bytes[0];
 }
 
 // --- quantize ---------------------------------------------------------------------------------
@@ -574,21 +594,40 @@ __device__ inline bool FullTile(const Grid& grid, const TileJob& job) {
          row_end <= r.rows && row_end <= r.cap_rows && col_end <= r.cols && col_end <= r.cap_cols;
 }
 
-// Amax of rows 0 and 1 of two packed 16-bit strips over their 32-element blocks (the lanes of a
-// block exchange by xor-shuffle): both rows travel in one packed word, halving the shuffles.
-template <typename In, int kLanesPerBlock>
-__device__ inline void PairRowAmax(const uint2& a, const uint2& b, float (&amax)[2]) {
-  using S = Strip<In>;
-  const uint32_t ma = AbsMaxPair<In>(AbsMaxPair<In>(0, a.x), a.y);
-  const uint32_t mb = AbsMaxPair<In>(AbsMaxPair<In>(0, b.x), b.y);
-  // (row a, row b) of the even and of the odd columns
-  uint32_t m = AbsMaxPair<In>((ma & 0xFFFFu) | (mb << 16), (ma >> 16) | (mb & 0xFFFF0000u));
+// Amax over their 32-element blocks of two rows, each kWords packed words of In per lane (the
+// lanes of a block exchange by xor-shuffle; full-warp shuffles). 16-bit elements: both rows
+// travel in one packed word, halving the shuffles; NaN is ignored as fmaxf ignores it.
+template <typename In, int kLanesPerBlock, int kWords>
+__device__ inline void PairRowAmax(const uint32_t (&a)[kWords], const uint32_t (&b)[kWords],
+                                   float (&amax)[2]) {
+  if constexpr (sizeof(In) == 4) {
+    const uint32_t* rows[2] = {a, b};
 #pragma unroll
-  for (int d = 1; d < kLanesPerBlock; d <<= 1) {
-    m = AbsMaxPair<In>(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+    for (int u = 0; u < 2; ++u) {
+      amax[u] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWords; ++k) amax[u] = fmaxf(amax[u], fabsf(__uint_as_float(rows[u][k])));
+#pragma unroll
+      for (int d = 1; d < kLanesPerBlock; d <<= 1) {
+        amax[u] = fmaxf(amax[u], __shfl_xor_sync(0xFFFFFFFFu, amax[u], d));
+      }
+    }
+  } else {
+    uint32_t ma = 0, mb = 0;
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) {
+      ma = AbsMaxPair<In>(ma, a[k]);
+      mb = AbsMaxPair<In>(mb, b[k]);
+    }
+    // (row a, row b) of the even and of the odd columns
+    uint32_t m = AbsMaxPair<In>((ma & 0xFFFFu) | (mb << 16), (ma >> 16) | (mb & 0xFFFF0000u));
+#pragma unroll
+    for (int d = 1; d < kLanesPerBlock; d <<= 1) {
+      m = AbsMaxPair<In>(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+    }
+    amax[0] = PackedValue<In>(&m, 0);
+    amax[1] = PackedValue<In>(&m, 1);
   }
-  amax[0] = S::Get(make_uint2(m, 0), 0);
-  amax[1] = S::Get(make_uint2(m, 0), 1);
 }
 
 // All 32 rows of a thread's strip are loaded before any is used: the loads of the whole tile
@@ -713,18 +752,8 @@ __device__ void QuantizeStrips(const mxfp8::QuantizeOperands& o, bool swizzled,
       // All lanes shuffle (full-warp shuffles), whatever their rows and columns.
       const uint2 rows[2] = {row_bits(i), row_bits(i + 1)};
       float amax[2];
-      if constexpr (S::kBits == 16) {
-        PairRowAmax<In, kLanesPerBlock>(rows[0], rows[1], amax);
-      } else {
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          amax[u] = fmaxf(fmaxf(0.0f, fabsf(S::Get(rows[u], 0))), fabsf(S::Get(rows[u], 1)));
-#pragma unroll
-          for (int d = 1; d < kLanesPerBlock; d <<= 1) {
-            amax[u] = fmaxf(amax[u], __shfl_xor_sync(0xFFFFFFFFu, amax[u], d));
-          }
-        }
-      }
+      const uint32_t w0[2] = {rows[0].x, rows[0].y}, w1[2] = {rows[1].x, rows[1].y};
+      PairRowAmax<In, kLanesPerBlock, 2>(w0, w1, amax);
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const int row = i + u;
@@ -940,19 +969,26 @@ inline int64_t TailChunks(const Grid& grid) {
   return 0;
 }
 
-// The CTA shape: one strip per thread across the columns, at most kMaxThreads, whole warps;
-// the number of data tiles is the worst case over all group sizes (jobs past the real tiles do
-// nothing). grid.ctas is left to SetCtas.
-inline Grid MakeGrid(const GroupedShape& s, int vec, bool aligned) {
+// Columns of a strip tile: one strip per thread across the columns, at most kMaxThreads,
+// whole warps, the strips split evenly (768 bf16 columns: 2 x 96 threads, not 128 + 64).
+inline int64_t StripTileCols(int64_t cols, int vec) {
+  const int64_t strips = CeilDiv(cols, vec), col_tiles = CeilDiv(strips, kMaxThreads);
+  const int64_t warps = col_tiles > 0 ? CeilDiv(CeilDiv(strips, col_tiles), 32) : 1;
+  return 32 * warps * vec;
+}
+
+// The jobs of a call tiled 32 rows x tile_cols; the number of data tiles is the worst case over
+// all group sizes (jobs past the real tiles do nothing). grid.ctas is left to SetCtas.
+inline Grid MakeGrid(const GroupedShape& s, int64_t tile_cols, int threads, bool wide,
+                     bool aligned) {
   Grid grid{};
   grid.shape = s;
   grid.scale_bytes = mxfp8::ScaleBufferBytes(s);
   grid.aligned = aligned;
-  // Column tiles split the strips evenly (768 bf16 columns: 2 x 96 threads, not 128 + 64).
-  const int64_t strips = CeilDiv(s.cols, vec), col_tiles0 = CeilDiv(strips, kMaxThreads);
-  const int64_t warps = col_tiles0 > 0 ? CeilDiv(CeilDiv(strips, col_tiles0), 32) : 1;
-  grid.tile_cols = 32 * warps * vec;
-  const int64_t row_tiles = CeilDiv(s.rows, kTileRows), col_tiles = CeilDiv(s.cols, grid.tile_cols);
+  grid.wide = wide;
+  grid.threads = threads;
+  grid.tile_cols = tile_cols;
+  const int64_t row_tiles = CeilDiv(s.rows, kTileRows), col_tiles = CeilDiv(s.cols, tile_cols);
   switch (s.layout) {
     case GroupedLayout::kSameDims:
     case GroupedLayout::kVaryingBoth:
@@ -962,7 +998,7 @@ inline Grid MakeGrid(const GroupedShape& s, int vec, bool aligned) {
       grid.data_tiles = mxfp8::MaxSumOfTiles(s.rows, s.num_groups + 1, kTileRows) * col_tiles;
       break;
     case GroupedLayout::kVaryingLast:
-      grid.data_tiles = row_tiles * mxfp8::MaxSumOfTiles(s.cols, s.num_groups + 1, grid.tile_cols);
+      grid.data_tiles = row_tiles * mxfp8::MaxSumOfTiles(s.cols, s.num_groups + 1, tile_cols);
       break;
   }
   grid.jobs = grid.data_tiles + TailChunks(grid);
@@ -983,18 +1019,37 @@ inline void SetCtas(Grid& grid, int64_t resident, bool dynamic) {
   grid.ctas = dynamic ? resident : CeilDiv(grid.jobs, CeilDiv(grid.jobs, resident));
 }
 
-// Grids of one call (the worst case over group sizes; jobs past the real tiles do nothing).
+// Wide tiles (mxfp8_wide_kernels.cuh: 16-byte chunks, one warp per row segment) serve every
+// call whose rows are whole chunks at aligned addresses: all layouts but varying-last (its
+// groups start at any column).
+inline bool WideTiles(const GroupedShape& s, int chunk_elements, bool aligned) {
+  return aligned && s.layout != GroupedLayout::kVaryingLast && s.cols % chunk_elements == 0;
+}
+
+// Grids of one call: wide tiles where they serve, else 8-byte strips of `vec` elements.
 inline Grid QuantizeGrid(const mxfp8::QuantizeProblem& p, const mxfp8::QuantizeOperands& o,
-                         int vec) {
+                         int in_bytes, bool allow_wide = true) {
   const bool aligned = Aligned16(o.x) &&
                        (!p.rowwise || (Aligned16(o.row_data) && Aligned16(o.row_scales))) &&
                        (!p.colwise || (Aligned16(o.col_data) && Aligned16(o.col_scales)));
-  return MakeGrid(p.shape, vec, aligned);
+  const int chunk = 16 / in_bytes, vec = kStripBytes / in_bytes;
+  if (allow_wide && WideTiles(p.shape, chunk, aligned)) {
+    return MakeGrid(p.shape, 32 * chunk, kWideThreads, true, aligned);
+  }
+  const int64_t tile_cols = StripTileCols(p.shape.cols, vec);
+  return MakeGrid(p.shape, tile_cols, static_cast<int>(tile_cols / vec), false, aligned);
 }
 
 inline Grid DequantizeGrid(const mxfp8::DequantizeProblem& p, const mxfp8::DequantizeOperands& o,
-                           int vec) {
-  Grid grid = MakeGrid(p.shape, vec, Aligned16(o.data) && Aligned16(o.out));
+                           bool allow_wide = true) {
+  const bool aligned = Aligned16(o.data) && Aligned16(o.out) && Aligned16(o.scales);
+  Grid grid;
+  if (allow_wide && WideTiles(p.shape, kWideDequantChunk, aligned)) {
+    grid = MakeGrid(p.shape, 32 * kWideDequantChunk, kWideThreads, true, aligned);
+  } else {
+    const int64_t tile_cols = StripTileCols(p.shape.cols, kDequantVec);
+    grid = MakeGrid(p.shape, tile_cols, static_cast<int>(tile_cols / kDequantVec), false, aligned);
+  }
   grid.jobs = grid.ctas = grid.data_tiles;  // dequantize writes no scales
   return grid;
 }

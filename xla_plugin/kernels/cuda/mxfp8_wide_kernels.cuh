@@ -1,0 +1,319 @@
+// Grouped MXFP8 quantize / dequantize with wide tiles: the kernels for every call whose rows
+// are whole 16-byte chunks at aligned addresses (WideTiles in mxfp8_kernels.cuh; the others take
+// that header's 8-byte strips).
+//
+// Same jobs as the strip kernels (32-row tiles of one region, taken from the job counter, scale
+// padding zeroed by the owning tile), a different thread shape: each warp covers a row segment
+// of 32 x 16 bytes (bf16/f16: 256 columns, f32: 128; dequantize: 512 fp8 bytes) and each lane 8
+// rows of it, all 8 loads issued before the first use. 16-byte loads halve the load
+// instructions of 8-byte strips, a 32-element block spans only 4 lanes (bf16) so a row's amax
+// takes 2 shuffle rounds, and about 64 registers let 8 CTAs share an SM (the strips' 128
+// registers allow 4, and their "both" path 3): more bytes in flight while some CTAs convert.
+// Colwise amax: per lane over its 8 rows, then across the 4 warps through 2 KB of shared
+// memory, so no tile is stashed and "both" converts from the same registers.
+#ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_WIDE_KERNELS_CUH_
+#define JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_WIDE_KERNELS_CUH_
+
+#include "xla_plugin/kernels/cuda/mxfp8_kernels.cuh"
+
+namespace jgg::cuda::mxfp8_kernels {
+
+constexpr int kWideMinCtasPerSm = 4;  // <= 128 registers
+
+// One lane's 16-byte chunk of kWideRows rows of a wide tile (the fields as for strips; rows
+// count from the lane's first row, row_tile * 32 + warp * kWideRows).
+__device__ inline StripSpan MakeWideSpan(const Grid& grid, const TileJob& job, int chunk) {
+  const Region& r = job.region;
+  StripSpan t;
+  t.stride = grid.shape.cols;
+  const int64_t row0 = job.row_tile * kTileRows + (threadIdx.x / 32) * kWideRows;
+  t.col0 = job.col_tile * grid.tile_cols + (threadIdx.x % 32) * chunk;
+  t.base = r.elem_offset + row0 * t.stride + t.col0;
+  t.data_cols = r.cols - t.col0;
+  t.cap_cols = r.cap_cols - t.col0;  // a whole chunk or none: cols % chunk == 0
+  const auto rows_below = [](int64_t n) {
+    return n <= 0 ? 0 : n >= kWideRows ? kWideRows : static_cast<int>(n);
+  };
+  t.data_rows = t.data_cols > 0 ? rows_below(r.rows - row0) : 0;
+  t.cap_rows = t.cap_cols > 0 ? rows_below(r.cap_rows - row0) : 0;
+  t.vector = true;
+  return t;
+}
+
+// The chunk at p: one 16-byte load when it holds only data, else its first `count` bytes
+// byte by byte (a varying-both group's last columns), the rest 0.
+__device__ inline uint4 LoadChunk(const void* p, int64_t count) {
+  if (count >= 16) return __ldg(reinterpret_cast<const uint4*>(p));
+  uint32_t w[4] = {0, 0, 0, 0};
+  const uint8_t* bytes = static_cast<const uint8_t*>(p);
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    if (k < count) w[k / 4] |= static_cast<uint32_t>(__ldg(bytes + k)) << (8 * (k % 4));
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ inline void Words(const uint4& v, uint32_t (&w)[4]) {
+  w[0] = v.x;
+  w[1] = v.y;
+  w[2] = v.z;
+  w[3] = v.w;
+}
+
+// Stores kWords packed words at p (aligned to their size).
+template <int kWords>
+__device__ inline void StoreWords(void* p, const uint32_t* w) {
+  if constexpr (kWords == 1) {
+    *static_cast<uint32_t*>(p) = w[0];
+  } else if constexpr (kWords == 2) {
+    *static_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kWords; i += 4) {
+      static_cast<uint4*>(p)[i / 4] = make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]);
+    }
+  }
+}
+
+// --- quantize ---------------------------------------------------------------------------------
+
+// Colwise maxima of this lane's chunk columns over the tile's 32 rows: packed |x| maxima over its
+// own rows, then over the 4 warps through shared memory (two barriers: all threads call).
+template <typename In>
+__device__ inline void TileColumnMaxima(const uint32_t (&w)[kWideRows][4], float* col_max) {
+  __shared__ uint32_t partial[kWideThreads / 32][4][32];  // [warp][word][lane]
+  uint32_t acc[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    acc[k] = 0;
+#pragma unroll
+    for (int i = 0; i < kWideRows; ++i) {
+      if constexpr (sizeof(In) == 4) {
+        acc[k] = __float_as_uint(fmaxf(__uint_as_float(acc[k]), fabsf(__uint_as_float(w[i][k]))));
+      } else {
+        acc[k] = AbsMaxPair<In>(acc[k], w[i][k]);
+      }
+    }
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) partial[warp][k][lane] = acc[k];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    acc[k] = 0;
+#pragma unroll
+    for (int u = 0; u < kWideThreads / 32; ++u) {
+      if constexpr (sizeof(In) == 4) {
+        acc[k] = __float_as_uint(fmaxf(__uint_as_float(acc[k]), __uint_as_float(partial[u][k][lane])));
+      } else {
+        acc[k] = AbsMaxPair<In>(acc[k], partial[u][k][lane]);
+      }
+    }
+  }
+  __syncthreads();  // `partial` is free for the next job
+#pragma unroll
+  for (int k = 0; k < 16 / static_cast<int>(sizeof(In)); ++k) col_max[k] = PackedValue<In>(acc, k);
+}
+
+template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
+__device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands& o,
+                                 bool swizzled, const TileJob& job) {
+  constexpr int kVec = 16 / sizeof(In);  // elements per chunk
+  constexpr int kOutWords = kVec / 4;    // fp8 words per chunk
+  constexpr int kLanesPerBlock = kBlockSize / kVec;
+  const Region& r = job.region;
+  const StripSpan t = MakeWideSpan(grid, job, kVec);
+  const In* __restrict__ x = static_cast<const In*>(o.x) + t.base;
+
+  uint32_t w[kWideRows][4];
+#pragma unroll
+  for (int i = 0; i < kWideRows; ++i) {
+    const uint4 v = i < t.data_rows ? LoadChunk(x + i * t.stride, t.data_cols * sizeof(In))
+                                    : make_uint4(0, 0, 0, 0);
+    Words(v, w[i]);
+  }
+
+  if constexpr (kRow) {
+    const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
+    const int64_t row0 = job.row_tile * kTileRows + (threadIdx.x / 32) * kWideRows;
+    // Rows of a lane lie in one 32-row group: 16 bytes apart swizzled.
+    uint8_t* __restrict__ scale =
+        o.row_scales + r.scale_offset +
+        mxfp8::ScaleIndex(m, false, swizzled, row0, t.col0 / kBlockSize);
+    const int64_t scale_step = swizzled ? 16 : m.padded_cols;
+    const bool writes_scale = threadIdx.x % kLanesPerBlock == 0;
+    uint8_t* __restrict__ out = o.row_data + t.base;
+#pragma unroll
+    for (int i = 0; i < kWideRows; i += 2) {
+      float amax[2];
+      PairRowAmax<In, kLanesPerBlock, 4>(w[i], w[i + 1], amax);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const uint8_t e = ScaleExponentOf<kFormat>(amax[u]);
+        if (writes_scale && i + u < t.data_rows) scale[(i + u) * scale_step] = e;
+        if (i + u < t.cap_rows) {
+          float factor[kVec];
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
+          uint32_t bytes[kOutWords];
+          QuantizePacked<In, kFormat, kVec>(w[i + u], factor, bytes);
+          StoreWords<kOutWords>(out + (i + u) * t.stride, bytes);
+        }
+      }
+    }
+  }
+
+  if constexpr (kCol) {
+    float col_max[kVec];
+    TileColumnMaxima<In>(w, col_max);
+    float factor[kVec];
+    uint32_t scale_bytes[kOutWords];
+#pragma unroll
+    for (int k = 0; k < kOutWords; ++k) scale_bytes[k] = 0;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const uint8_t e = ScaleExponentOf<kFormat>(col_max[k]);
+      scale_bytes[k / 4] |= static_cast<uint32_t>(e) << (8 * (k % 4));
+      factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
+    }
+    // Warp 0 writes the tile's scale row (one block row of the group).
+    const bool has_block = job.row_tile * kTileRows < r.rows;
+    if (threadIdx.x < 32 && has_block && t.data_cols > 0) {
+      const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/true);
+      uint8_t* scales = o.col_scales + r.scale_offset;
+      if (!swizzled && t.data_cols >= kVec) {  // compact: the chunk's scales are contiguous
+        StoreWords<kOutWords>(scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0),
+                              scale_bytes);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          if (k < t.data_cols) {
+            scales[mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)] =
+                static_cast<uint8_t>(scale_bytes[k / 4] >> (8 * (k % 4)));
+          }
+        }
+      }
+    }
+    uint8_t* __restrict__ out = o.col_data + t.base;
+#pragma unroll
+    for (int i = 0; i < kWideRows; ++i) {
+      if (i < t.cap_rows) {
+        uint32_t bytes[kOutWords];
+        QuantizePacked<In, kFormat, kVec>(w[i], factor, bytes);
+        StoreWords<kOutWords>(out + i * t.stride, bytes);
+      }
+    }
+  }
+
+  if constexpr (kRow) {
+    ZeroOwnedScalePadding(r, job.row_tile, job.col_tile, grid.tile_cols, false, swizzled,
+                          o.row_scales);
+  }
+  if constexpr (kCol) {
+    ZeroOwnedScalePadding(r, job.row_tile, job.col_tile, grid.tile_cols, true, swizzled,
+                          o.col_scales);
+  }
+}
+
+template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
+__global__ void __launch_bounds__(kWideThreads, kWideMinCtasPerSm)
+    QuantizeWideKernel(Grid grid, mxfp8::QuantizeOperands o, bool swizzled) {
+  ForEachJob(grid, o.group_sizes, o.job_counter, [&](const TileJob& job) {
+    if (job.has_tile) {
+      QuantizeWideTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
+    } else {
+      ZeroScaleBytes(o.row_scales, job.tail_begin, job.tail_end, grid.aligned);
+      ZeroScaleBytes(o.col_scales, job.tail_begin, job.tail_end, grid.aligned);
+    }
+  });
+}
+
+// --- dequantize -------------------------------------------------------------------------------
+
+template <typename Out, Fp8Format kFormat>
+__device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOperands& o,
+                                   bool colwise, bool swizzled, const TileJob& job) {
+  constexpr int kVec = kWideDequantChunk;
+  constexpr int kOutWords = kVec * sizeof(Out) / 4;
+  const Region& r = job.region;
+  const StripSpan t = MakeWideSpan(grid, job, kVec);
+  if (t.cap_rows <= 0) return;  // no barriers below
+  const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, colwise);
+  const uint8_t* __restrict__ scales = o.scales + r.scale_offset;
+  const int64_t row0 = job.row_tile * kTileRows + (threadIdx.x / 32) * kWideRows;
+
+  uint4 q[kWideRows];
+  uint8_t row_scale[kWideRows];
+  const uint8_t* __restrict__ data = o.data + t.base;
+  const uint8_t* __restrict__ row_scale_p =
+      scales + mxfp8::ScaleIndex(m, false, swizzled, row0, t.col0 / kBlockSize);
+  const int64_t row_scale_step = swizzled ? 16 : m.padded_cols;
+#pragma unroll
+  for (int i = 0; i < kWideRows; ++i) {
+    q[i] = i < t.data_rows ? LoadChunk(data + i * t.stride, t.data_cols) : make_uint4(0, 0, 0, 0);
+    // Rowwise: lane pairs share a block (the second lane's scale is the block's too).
+    row_scale[i] = !colwise && i < t.data_rows ? __ldg(row_scale_p + i * row_scale_step) : 0;
+  }
+  // Colwise: the chunk's 16 column scales of the tile's block row.
+  uint32_t col_scale[4] = {0, 0, 0, 0};
+  if (colwise && t.data_rows > 0) {
+    if (!swizzled && t.data_cols >= kVec) {
+      Words(__ldg(reinterpret_cast<const uint4*>(
+                scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0))),
+            col_scale);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        if (k < t.data_cols) {
+          col_scale[k / 4] |=
+              static_cast<uint32_t>(
+                  __ldg(scales + mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)))
+              << (8 * (k % 4));
+        }
+      }
+    }
+  }
+
+  Out* __restrict__ out = static_cast<Out*>(o.out) + t.base;
+#pragma unroll
+  for (int i = 0; i < kWideRows; ++i) {
+    if (i >= t.cap_rows) continue;
+    uint32_t bytes[4];
+    Words(q[i], bytes);
+    const float s_row = __uint_as_float(mxfp8::ScaleBits(row_scale[i]));
+    uint32_t words[kOutWords];
+#pragma unroll
+    for (int k = 0; k < kVec; k += 2) {
+      const float2 v = Fp8PairToFloat2<kFormat>((bytes[k / 4] >> (8 * (k % 4))) & 0xFFFFu);
+      const auto scale_of = [&](int c) {
+        return colwise ? __uint_as_float(mxfp8::ScaleBits(
+                             static_cast<uint8_t>(col_scale[c / 4] >> (8 * (c % 4)))))
+                       : s_row;
+      };
+      const bool in0 = i < t.data_rows && k < t.data_cols;
+      const bool in1 = i < t.data_rows && k + 1 < t.data_cols;
+      const uint32_t b0 = in0 ? OutBits<Out>(__fmul_rn(v.x, scale_of(k))) : 0u;
+      const uint32_t b1 = in1 ? OutBits<Out>(__fmul_rn(v.y, scale_of(k + 1))) : 0u;
+      if constexpr (sizeof(Out) == 4) {
+        words[k] = b0;
+        words[k + 1] = b1;
+      } else {
+        words[k / 2] = b0 | (b1 << 16);
+      }
+    }
+    StoreWords<kOutWords>(out + i * t.stride, words);
+  }
+}
+
+template <typename Out, Fp8Format kFormat>
+__global__ void __launch_bounds__(kWideThreads, kWideMinCtasPerSm)
+    DequantizeWideKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
+  ForEachJob(grid, o.group_sizes, o.job_counter, [&](const TileJob& job) {
+    if (job.has_tile) DequantizeWideTile<Out, kFormat>(grid, o, colwise, swizzled, job);
+  });
+}
+
+}  // namespace jgg::cuda::mxfp8_kernels
+
+#endif  // JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_WIDE_KERNELS_CUH_
