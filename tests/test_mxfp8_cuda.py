@@ -63,6 +63,8 @@ CASES = {
     "varying_last": ((96, 4104), [1, 2000, 33, 0, 2000], 1),
     "weights_stack": ((4, 512, 768), None, 0),
     "varying_both": ((3, 300, 520), [[300, 520], [17, 7], [129, 300]], 0),
+    # Wide tiles (mxfp8_wide_kernels.cuh) with groups whose last 16-byte chunk is partly data.
+    "varying_both_wide": ((3, 300, 512), [[300, 512], [17, 7], [129, 300]], 0),
     "many_groups": ((20000, 256), list(np.random.default_rng(0).integers(0, 150, 256)), 0),
 }
 

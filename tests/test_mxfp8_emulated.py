@@ -152,6 +152,12 @@ CASES = {
     # More groups (80) than the CTA has threads (32): the prefix sums run in chunks.
     "many_groups": ("varying_first", (300, 40), "bfloat16",
                     np.random.default_rng(0).integers(-2, 9, size=80)),
+    # Wide tiles (rows of whole 16-byte chunks filling their column tiles): f32, a stack, and
+    # varying-both groups whose last chunk is partly data.
+    "dense_f32_wide": ("dense", (70, 128), "float32", None),
+    "same_dims_wide": ("same_dims", (3, 65, 256), "bfloat16", None),
+    "varying_both_wide": ("varying_both", (4, 70, 256), "float16",
+                          np.array([[70, 256], [33, 5], [0, 129], [1, 250]])),
     # Wide tiles with more groups (300) than their CTA has threads (128).
     "many_groups_wide": ("varying_first", (700, 256), "bfloat16",
                          np.random.default_rng(1).integers(-2, 6, size=300)),
@@ -220,8 +226,8 @@ def test_emulation_covers_both_kernel_families(emulator):
     x = _values(1, shape, jnp.dtype(in_dtype))
     return emulate(emulator, x, sizes, layout, jnp.float8_e4m3fn, True, False, False)[1]
 
-  wide = {case: width(case) for case in ("dense_vector", "dense_f32", "varying_first_wide",
-                                         "same_dims", "varying_both", "many_groups_wide")}
+  wide = {case: width(case) for case in ("dense_vector", "dense_f32_wide", "varying_first_wide",
+                                         "same_dims_wide", "varying_both_wide", "many_groups_wide")}
   assert set(wide.values()) == {-128}, wide  # negative: wide tiles
   strips = {width(case) for case in ("varying_first_odd", "dense_strips_64", "dense_scalar_stride",
                                      "varying_last", "dense_strips_128")}

@@ -34,6 +34,7 @@
 #define __device__
 #define __host__
 #define __shared__ static
+#define JGG_SIMT_EMULATION 1  // kernels take their dynamic shared memory from statics
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__ __restrict

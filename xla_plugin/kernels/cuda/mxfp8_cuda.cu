@@ -19,7 +19,7 @@ constexpr int kDevices = 64, kWidths = kMaxThreads / 32;
 using ResidentCache = std::atomic<int64_t>[kDevices][kWidths];
 
 template <typename Kernel>
-int64_t ResidentCtas(Kernel kernel, int threads, ResidentCache& cache) {
+int64_t ResidentCtas(Kernel kernel, int threads, int shared_bytes, ResidentCache& cache) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();  // clear a failed query: the launch below reports its own errors
@@ -33,7 +33,7 @@ int64_t ResidentCtas(Kernel kernel, int threads, ResidentCache& cache) {
   }
   int sms = 0, per_sm = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess) {
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared_bytes) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
@@ -52,12 +52,27 @@ bool WideAllowed() {
   return allowed;
 }
 
-// Launches `kernel` over grid's jobs: one wave of CTAs taking jobs from the counter.
+// Launches `kernel` over grid's jobs: one wave of CTAs taking jobs from the counter. Wide
+// kernels take their copy stages as dynamic shared memory (static and dynamic together pass
+// the 48 KB a kernel gets without opting in: set once per kernel, a host call).
+struct KernelState {  // one per kernel instantiation
+  ResidentCache resident;
+  std::atomic<bool> shared_opted_in{false};
+};
+
 template <typename Kernel, typename... Args>
-cudaError_t LaunchJobs(Kernel kernel, Grid& grid, const void* job_counter, ResidentCache& cache,
+cudaError_t LaunchJobs(Kernel kernel, Grid& grid, const void* job_counter, KernelState& state,
                        cudaStream_t stream, Args... args) {
-  SetCtas(grid, ResidentCtas(kernel, grid.threads, cache), DynamicJobs(grid, job_counter));
-  kernel<<<grid.ctas, grid.threads, 0, stream>>>(grid, args...);
+  const int shared_bytes = grid.wide ? kWideStagesBytes : 0;
+  if (shared_bytes > 0 && !state.shared_opted_in.load(std::memory_order_relaxed)) {
+    const cudaError_t status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
+    if (status != cudaSuccess) return status;
+    state.shared_opted_in.store(true, std::memory_order_relaxed);
+  }
+  SetCtas(grid, ResidentCtas(kernel, grid.threads, shared_bytes, state.resident),
+          DynamicJobs(grid, job_counter));
+  kernel<<<grid.ctas, grid.threads, shared_bytes, stream>>>(grid, args...);
   return cudaGetLastError();
 }
 
@@ -70,12 +85,12 @@ struct QuantizeLaunch {
   cudaError_t Run() {
     Grid grid = QuantizeGrid(p, o, sizeof(In), WideAllowed());
     if (grid.jobs == 0) return cudaSuccess;
-    static ResidentCache wide_cache, strip_cache;
+    static KernelState wide_state, strip_state;
     if (grid.wide) {
       return LaunchJobs(QuantizeWideKernel<In, kRow, kCol, kFormat>, grid, o.job_counter,
-                        wide_cache, stream, o, p.swizzled);
+                        wide_state, stream, o, p.swizzled);
     }
-    return LaunchJobs(QuantizeKernel<In, kRow, kCol, kFormat>, grid, o.job_counter, strip_cache,
+    return LaunchJobs(QuantizeKernel<In, kRow, kCol, kFormat>, grid, o.job_counter, strip_state,
                       stream, o, p.swizzled);
   }
 };
@@ -89,12 +104,12 @@ struct DequantizeLaunch {
   cudaError_t Run() {
     Grid grid = DequantizeGrid(p, o, WideAllowed());
     if (grid.jobs == 0) return cudaSuccess;
-    static ResidentCache wide_cache, strip_cache;
+    static KernelState wide_state, strip_state;
     if (grid.wide) {
-      return LaunchJobs(DequantizeWideKernel<Out, kFormat>, grid, o.job_counter, wide_cache,
+      return LaunchJobs(DequantizeWideKernel<Out, kFormat>, grid, o.job_counter, wide_state,
                         stream, o, p.colwise, p.swizzled);
     }
-    return LaunchJobs(DequantizeKernel<Out, kFormat>, grid, o.job_counter, strip_cache, stream,
+    return LaunchJobs(DequantizeKernel<Out, kFormat>, grid, o.job_counter, strip_state, stream,
                       o, p.colwise, p.swizzled);
   }
 };

@@ -333,55 +333,94 @@ __device__ inline TileJob LocateCachedRaggedJob(const Grid& grid, const GroupPre
   return out;
 }
 
-// Runs do_job(job) for every job of the call, each taken by whichever CTA asks for it next
-// from `counter` (zero at launch): CTAs on less loaded SMs take more jobs, so all end
-// together. The next job is asked for while the current one runs. All threads must call.
-template <typename DoJob>
+// Runs do_job(job, round, more) for every job of the call, each taken by whichever CTA asks for
+// it next from `counter` (zero at launch): CTAs on less loaded SMs take more jobs, so all end
+// together. Job indices are asked for two rounds ahead, and prefetch(next, round + 1) runs
+// before do_job(job, round) (more: a next job was prefetched), so a kernel can have the next
+// job's loads in flight while it converts the current one. All threads must call.
+template <typename Prefetch, typename DoJob>
 __device__ inline void ForEachDynamicJob(const Grid& grid, const int32_t* group_sizes,
-                                         unsigned long long* counter, DoJob do_job) {
+                                         unsigned long long* counter, Prefetch prefetch,
+                                         DoJob do_job) {
   __shared__ GroupPrefix prefix;
-  __shared__ unsigned long long fetched[2];
+  __shared__ unsigned long long fetched[3];  // indices of rounds r, r + 1, r + 2 (mod 3)
   const bool ragged = RaggedLayout(grid.shape);
   if (ragged) BuildGroupPrefix(grid, group_sizes, prefix);
-  if (threadIdx.x == 0) fetched[0] = atomicAdd(counter, 1ull);
+  if (threadIdx.x == 0) {
+    fetched[0] = atomicAdd(counter, 1ull);
+    fetched[1] = atomicAdd(counter, 1ull);
+  }
   __syncthreads();
-  for (int round = 0;; ++round) {
-    const int64_t index = static_cast<int64_t>(fetched[round & 1]);
-    if (index >= grid.jobs) return;  // the same for every thread
-    unsigned long long next = 0;
-    if (threadIdx.x == 0) next = atomicAdd(counter, 1ull);
+  const auto locate = [&](int64_t index) {
     TileJob job;
     if (ragged) {
       job = LocateCachedRaggedJob(grid, prefix, index);
     } else {
       LocateSlotJob(grid, group_sizes, index, job);
     }
-    do_job(job);
-    if (threadIdx.x == 0) fetched[(round + 1) & 1] = next;
-    __syncthreads();  // publishes the next index; fetched[round & 1] is rewritten a round later
+    return job;
+  };
+  // Indices grow with every fetch: once one is past the end, so are all later ones.
+  if (static_cast<int64_t>(fetched[0]) >= grid.jobs) return;
+  TileJob job = locate(static_cast<int64_t>(fetched[0]));
+  prefetch(job, 0);
+  for (int round = 0;; ++round) {
+    const int64_t next_index = static_cast<int64_t>(fetched[(round + 1) % 3]);
+    unsigned long long later = 0;
+    if (threadIdx.x == 0) later = atomicAdd(counter, 1ull);
+    const bool more = next_index < grid.jobs;  // the same for every thread
+    TileJob next;
+    if (more) {
+      next = locate(next_index);
+      prefetch(next, round + 1);
+    }
+    do_job(job, round, more);
+    if (threadIdx.x == 0) fetched[(round + 2) % 3] = later;
+    __syncthreads();  // publishes round + 2's index; the slot written was last read a round ago
+    if (!more) return;
+    job = next;
   }
 }
 
-// Runs do_job(job) for each of this CTA's jobs: dynamically when the launch passes a zeroed
-// `counter` (and a ragged call has at most kCachedGroups groups), else the CTA's static share
-// (jobs c, c + ctas, ...) located kJobsPerLocate at a time. All threads of the CTA must call.
-template <typename DoJob>
-__device__ inline void ForEachJob(const Grid& grid, const int32_t* group_sizes,
-                                  unsigned long long* counter, DoJob do_job) {
-  if (DynamicJobs(grid, counter)) {
-    ForEachDynamicJob(grid, group_sizes, counter, do_job);
-    return;
-  }
+// The CTA's static share of the jobs (c, c + ctas, ...), located kJobsPerLocate at a time:
+// prefetch(job, 0) then do_job(job, 0, false) for each. All threads must call.
+template <typename Prefetch, typename DoJob>
+__device__ inline void ForEachStaticJob(const Grid& grid, const int32_t* group_sizes,
+                                        Prefetch prefetch, DoJob do_job) {
   __shared__ TileJob jobs[kJobsPerLocate];
   for (int64_t first = 0;; first += kJobsPerLocate) {
     const int count = LocateJobs(grid, group_sizes, first, jobs);
     if (count == 0) return;
     for (int k = 0; k < count; ++k) {
       const TileJob job = jobs[k];
-      do_job(job);
+      prefetch(job, 0);
+      do_job(job, 0, false);
     }
     __syncthreads();  // every thread is done with jobs[] before the next locate rewrites it
   }
+}
+
+// Every job of the call through prefetch / do_job (see ForEachDynamicJob): dynamically when
+// the launch passes a zeroed `counter` (and a ragged call has at most kCachedGroups groups),
+// else the CTA's static share. All threads of the CTA must call.
+template <typename Prefetch, typename DoJob>
+__device__ inline void ForEachPrefetchedJob(const Grid& grid, const int32_t* group_sizes,
+                                            unsigned long long* counter, Prefetch prefetch,
+                                            DoJob do_job) {
+  if (DynamicJobs(grid, counter)) {
+    ForEachDynamicJob(grid, group_sizes, counter, prefetch, do_job);
+  } else {
+    ForEachStaticJob(grid, group_sizes, prefetch, do_job);
+  }
+}
+
+// Runs do_job(job) for each job of the call (no prefetch). All threads must call.
+template <typename DoJob>
+__device__ inline void ForEachJob(const Grid& grid, const int32_t* group_sizes,
+                                  unsigned long long* counter, DoJob do_job) {
+  ForEachPrefetchedJob(
+      grid, group_sizes, counter, [](const TileJob&, int) {},
+      [&](const TileJob& job, int, bool) { do_job(job); });
 }
 
 __device__ inline void ZeroScaleBytes(uint8_t* scales, int64_t begin, int64_t end, bool aligned) {
@@ -1019,11 +1058,16 @@ inline void SetCtas(Grid& grid, int64_t resident, bool dynamic) {
   grid.ctas = dynamic ? resident : CeilDiv(grid.jobs, CeilDiv(grid.jobs, resident));
 }
 
-// Wide tiles (mxfp8_wide_kernels.cuh: 16-byte chunks, one warp per row segment) serve every
-// call whose rows are whole chunks at aligned addresses: all layouts but varying-last (its
-// groups start at any column).
+// Wide tiles (mxfp8_wide_kernels.cuh: 16-byte chunks, one warp per row segment of 32 chunks)
+// serve every call whose rows are whole chunks at aligned addresses, all layouts but
+// varying-last (its groups start at any column), unless the last column tile would leave more
+// than an eighth of the lanes idle (768 columns in 512-column dequantize tiles: strips were
+// faster, 80-88% of copy against 74%, H100 2026-11-24).
 inline bool WideTiles(const GroupedShape& s, int chunk_elements, bool aligned) {
-  return aligned && s.layout != GroupedLayout::kVaryingLast && s.cols % chunk_elements == 0;
+  const int64_t tile_cols = 32 * static_cast<int64_t>(chunk_elements);
+  const int64_t idle = CeilDiv(s.cols, tile_cols) * tile_cols - s.cols;
+  return aligned && s.layout != GroupedLayout::kVaryingLast && s.cols % chunk_elements == 0 &&
+         8 * idle <= CeilDiv(s.cols, tile_cols) * tile_cols;
 }
 
 // Grids of one call: wide tiles where they serve, else 8-byte strips of `vec` elements.

@@ -11,6 +11,10 @@
 // registers allow 4, and their "both" path 3): more bytes in flight while some CTAs convert.
 // Colwise amax: per lane over its 8 rows, then across the 4 warps through 2 KB of shared
 // memory, so no tile is stashed and "both" converts from the same registers.
+// Loads are 16-byte cp.async copies into two shared-memory stages: while a CTA converts one job,
+// the next job's copies (taken from the job counter two rounds ahead) are in flight, so an SM's
+// bytes in flight do not drop between jobs. Each lane reads back only the chunks it copied: no
+// barrier guards the stages.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_WIDE_KERNELS_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_WIDE_KERNELS_CUH_
 
@@ -19,6 +23,9 @@
 namespace jgg::cuda::mxfp8_kernels {
 
 constexpr int kWideMinCtasPerSm = 4;  // <= 128 registers
+// Two stages of one 16-byte chunk per lane and row: 32 KB of dynamic shared memory.
+constexpr int kWideStageChunks = kWideRows * kWideThreads;
+constexpr int kWideStagesBytes = 2 * kWideStageChunks * 16;
 
 // One lane's 16-byte chunk of kWideRows rows of a wide tile (the fields as for strips; rows
 // count from the lane's first row, row_tile * 32 + warp * kWideRows).
@@ -40,17 +47,76 @@ __device__ inline StripSpan MakeWideSpan(const Grid& grid, const TileJob& job, i
   return t;
 }
 
-// The chunk at p: one 16-byte load when it holds only data, else its first `count` bytes
-// byte by byte (a varying-both group's last columns), the rest 0.
-__device__ inline uint4 LoadChunk(const void* p, int64_t count) {
-  if (count >= 16) return __ldg(reinterpret_cast<const uint4*>(p));
-  uint32_t w[4] = {0, 0, 0, 0};
-  const uint8_t* bytes = static_cast<const uint8_t*>(p);
+// --- asynchronous 16-byte copies into shared memory (plain copies under the CPU emulator) ---
+
+// Copies the first src_bytes (0..16) of the chunk at gmem to smem and zeroes the rest.
+__device__ inline void CopyChunkAsync(uint4* smem, const void* gmem, int src_bytes) {
+#ifdef __CUDA_ARCH__
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+#else
+  uint8_t* d = reinterpret_cast<uint8_t*>(smem);
+  for (int k = 0; k < 16; ++k) d[k] = k < src_bytes ? static_cast<const uint8_t*>(gmem)[k] : 0;
+#endif
+}
+
+__device__ inline void CommitCopies() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits for this thread's copies but those of the newest `kPending` commits.
+template <int kPending>
+__device__ inline void WaitCopies() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// The two stages, [stage][row][thread] chunks (dynamic shared memory of the launch).
+__device__ inline uint4* WideStages() {
+#ifdef JGG_SIMT_EMULATION
+  static uint4 stages[2 * kWideStageChunks];
+  return stages;
+#else
+  extern __shared__ uint4 wide_stages[];
+  return wide_stages;
+#endif
+}
+
+__device__ inline uint4* StageOf(int round) {
+  return WideStages() + (round & 1) * kWideStageChunks;
+}
+
+// Starts the copies of this lane's chunks of `job` (elements of elem_bytes, `chunk` elements
+// each) into `stage` as one commit group; rows and columns outside the data are zero-filled.
+__device__ inline void IssueWideChunks(const Grid& grid, const void* data, int elem_bytes,
+                                       int chunk, const TileJob& job, uint4* stage) {
+  if (job.has_tile) {
+    const StripSpan t = MakeWideSpan(grid, job, chunk);
+    const uint8_t* base = static_cast<const uint8_t*>(data) + t.base * elem_bytes;
+    const int64_t data_bytes = t.data_cols * elem_bytes;
+    const int src_bytes = data_bytes >= 16 ? 16 : data_bytes > 0 ? static_cast<int>(data_bytes) : 0;
 #pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    if (k < count) w[k / 4] |= static_cast<uint32_t>(__ldg(bytes + k)) << (8 * (k % 4));
+    for (int i = 0; i < kWideRows; ++i) {
+      const bool in = i < t.data_rows;
+      CopyChunkAsync(stage + i * kWideThreads + threadIdx.x,
+                     in ? base + i * t.stride * elem_bytes : data, in ? src_bytes : 0);
+    }
   }
-  return make_uint4(w[0], w[1], w[2], w[3]);
+  CommitCopies();
+}
+
+// Waits for the current job's copies (the next job's, when prefetched, stay in flight).
+__device__ inline void WaitForJob(bool next_in_flight) {
+  if (next_in_flight) {
+    WaitCopies<1>();
+  } else {
+    WaitCopies<0>();
+  }
 }
 
 __device__ inline void Words(const uint4& v, uint32_t (&w)[4]) {
@@ -118,21 +184,15 @@ __device__ inline void TileColumnMaxima(const uint32_t (&w)[kWideRows][4], float
 
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
 __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands& o,
-                                 bool swizzled, const TileJob& job) {
+                                 bool swizzled, const TileJob& job, const uint4* stage) {
   constexpr int kVec = 16 / sizeof(In);  // elements per chunk
   constexpr int kOutWords = kVec / 4;    // fp8 words per chunk
   constexpr int kLanesPerBlock = kBlockSize / kVec;
   const Region& r = job.region;
   const StripSpan t = MakeWideSpan(grid, job, kVec);
-  const In* __restrict__ x = static_cast<const In*>(o.x) + t.base;
-
   uint32_t w[kWideRows][4];
 #pragma unroll
-  for (int i = 0; i < kWideRows; ++i) {
-    const uint4 v = i < t.data_rows ? LoadChunk(x + i * t.stride, t.data_cols * sizeof(In))
-                                    : make_uint4(0, 0, 0, 0);
-    Words(v, w[i]);
-  }
+  for (int i = 0; i < kWideRows; ++i) Words(stage[i * kWideThreads + threadIdx.x], w[i]);
 
   if constexpr (kRow) {
     const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
@@ -219,21 +279,28 @@ __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
 __global__ void __launch_bounds__(kWideThreads, kWideMinCtasPerSm)
     QuantizeWideKernel(Grid grid, mxfp8::QuantizeOperands o, bool swizzled) {
-  ForEachJob(grid, o.group_sizes, o.job_counter, [&](const TileJob& job) {
-    if (job.has_tile) {
-      QuantizeWideTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
-    } else {
-      ZeroScaleBytes(o.row_scales, job.tail_begin, job.tail_end, grid.aligned);
-      ZeroScaleBytes(o.col_scales, job.tail_begin, job.tail_end, grid.aligned);
-    }
-  });
+  ForEachPrefetchedJob(
+      grid, o.group_sizes, o.job_counter,
+      [&](const TileJob& job, int round) {
+        IssueWideChunks(grid, o.x, sizeof(In), 16 / sizeof(In), job, StageOf(round));
+      },
+      [&](const TileJob& job, int round, bool next_in_flight) {
+        WaitForJob(next_in_flight);
+        if (job.has_tile) {
+          QuantizeWideTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job, StageOf(round));
+        } else {
+          ZeroScaleBytes(o.row_scales, job.tail_begin, job.tail_end, grid.aligned);
+          ZeroScaleBytes(o.col_scales, job.tail_begin, job.tail_end, grid.aligned);
+        }
+      });
 }
 
 // --- dequantize -------------------------------------------------------------------------------
 
 template <typename Out, Fp8Format kFormat>
 __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOperands& o,
-                                   bool colwise, bool swizzled, const TileJob& job) {
+                                   bool colwise, bool swizzled, const TileJob& job,
+                                   const uint4* stage) {
   constexpr int kVec = kWideDequantChunk;
   constexpr int kOutWords = kVec * sizeof(Out) / 4;
   const Region& r = job.region;
@@ -243,15 +310,12 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
   const uint8_t* __restrict__ scales = o.scales + r.scale_offset;
   const int64_t row0 = job.row_tile * kTileRows + (threadIdx.x / 32) * kWideRows;
 
-  uint4 q[kWideRows];
   uint8_t row_scale[kWideRows];
-  const uint8_t* __restrict__ data = o.data + t.base;
   const uint8_t* __restrict__ row_scale_p =
       scales + mxfp8::ScaleIndex(m, false, swizzled, row0, t.col0 / kBlockSize);
   const int64_t row_scale_step = swizzled ? 16 : m.padded_cols;
 #pragma unroll
   for (int i = 0; i < kWideRows; ++i) {
-    q[i] = i < t.data_rows ? LoadChunk(data + i * t.stride, t.data_cols) : make_uint4(0, 0, 0, 0);
     // Rowwise: lane pairs share a block (the second lane's scale is the block's too).
     row_scale[i] = !colwise && i < t.data_rows ? __ldg(row_scale_p + i * row_scale_step) : 0;
   }
@@ -280,7 +344,7 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
   for (int i = 0; i < kWideRows; ++i) {
     if (i >= t.cap_rows) continue;
     uint32_t bytes[4];
-    Words(q[i], bytes);
+    Words(stage[i * kWideThreads + threadIdx.x], bytes);
     const float s_row = __uint_as_float(mxfp8::ScaleBits(row_scale[i]));
     uint32_t words[kOutWords];
 #pragma unroll
@@ -309,9 +373,17 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
 template <typename Out, Fp8Format kFormat>
 __global__ void __launch_bounds__(kWideThreads, kWideMinCtasPerSm)
     DequantizeWideKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
-  ForEachJob(grid, o.group_sizes, o.job_counter, [&](const TileJob& job) {
-    if (job.has_tile) DequantizeWideTile<Out, kFormat>(grid, o, colwise, swizzled, job);
-  });
+  ForEachPrefetchedJob(
+      grid, o.group_sizes, o.job_counter,
+      [&](const TileJob& job, int round) {
+        IssueWideChunks(grid, o.data, 1, kWideDequantChunk, job, StageOf(round));
+      },
+      [&](const TileJob& job, int round, bool next_in_flight) {
+        WaitForJob(next_in_flight);
+        if (job.has_tile) {
+          DequantizeWideTile<Out, kFormat>(grid, o, colwise, swizzled, job, StageOf(round));
+        }
+      });
 }
 
 }  // namespace jgg::cuda::mxfp8_kernels
