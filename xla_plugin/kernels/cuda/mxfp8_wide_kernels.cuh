@@ -148,18 +148,20 @@ __device__ inline void StoreWords(void* p, const uint32_t* w) {
 template <typename In>
 __device__ inline void TileColumnMaxima(const uint32_t (&w)[kWideRows][4], float* col_max) {
   __shared__ uint32_t partial[kWideThreads / 32][4][32];  // [warp][word][lane]
+  // max(acc, |word|) per packed element (a NaN ignored, as fmaxf ignores it).
+  const auto abs_max = [](uint32_t acc, uint32_t word) -> uint32_t {
+    if constexpr (sizeof(In) == 4) {
+      return __float_as_uint(fmaxf(__uint_as_float(acc), fabsf(__uint_as_float(word))));
+    } else {
+      return AbsMaxPair<In>(acc, word);
+    }
+  };
   uint32_t acc[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     acc[k] = 0;
 #pragma unroll
-    for (int i = 0; i < kWideRows; ++i) {
-      if constexpr (sizeof(In) == 4) {
-        acc[k] = __float_as_uint(fmaxf(__uint_as_float(acc[k]), fabsf(__uint_as_float(w[i][k]))));
-      } else {
-        acc[k] = AbsMaxPair<In>(acc[k], w[i][k]);
-      }
-    }
+    for (int i = 0; i < kWideRows; ++i) acc[k] = abs_max(acc[k], w[i][k]);
   }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
@@ -169,13 +171,7 @@ __device__ inline void TileColumnMaxima(const uint32_t (&w)[kWideRows][4], float
   for (int k = 0; k < 4; ++k) {
     acc[k] = 0;
 #pragma unroll
-    for (int u = 0; u < kWideThreads / 32; ++u) {
-      if constexpr (sizeof(In) == 4) {
-        acc[k] = __float_as_uint(fmaxf(__uint_as_float(acc[k]), __uint_as_float(partial[u][k][lane])));
-      } else {
-        acc[k] = AbsMaxPair<In>(acc[k], partial[u][k][lane]);
-      }
-    }
+    for (int u = 0; u < kWideThreads / 32; ++u) acc[k] = abs_max(acc[k], partial[u][k][lane]);
   }
   __syncthreads();  // `partial` is free for the next job
 #pragma unroll
