@@ -91,6 +91,39 @@ def test_every_float32_bit_pattern_class_cpu_equals_gpu():
     _assert_cpu_equals_gpu(x, None, rowwise=True, colwise=True, dtype=fp8)
 
 
+def _every_code_with_every_scale(cols, fp8):
+  """A dense MXFP8Tensor (256 x cols) holding each of the 256 codes with each of the 256 scale
+  bytes in both orientations: rowwise rows repeat the codes (scale of row r, block b: r + b),
+  colwise row r is code r (scale of block row i, column c: c + 37 i)."""
+  rows = 256
+  codes = np.arange(rows, dtype=np.uint8)
+  row_data = np.tile(np.resize(codes, cols), (rows, 1))
+  col_data = np.repeat(codes[:, None], cols, axis=1)
+  row_dims = (128 * -(-rows // 128), 4 * -(-cols // 128))
+  col_dims = (4 * -(-rows // 128), 128 * -(-cols // 128))
+  row_scales = (np.arange(row_dims[0])[:, None] + np.arange(row_dims[1])) % 256
+  col_scales = (np.arange(col_dims[1]) + 37 * np.arange(col_dims[0])[:, None]) % 256
+  as_fp8 = lambda a: jax.lax.bitcast_convert_type(jnp.asarray(a), fp8)
+  scales = lambda a: jnp.asarray(a.astype(np.uint8).reshape(-1))
+  return mxfp8.MXFP8Tensor(as_fp8(row_data), scales(row_scales), as_fp8(col_data),
+                           scales(col_scales), None, "dense", "compact")
+
+
+@requires_gpu
+@pytest.mark.parametrize("fp8", [jnp.float8_e4m3fn, jnp.float8_e5m2], ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("cols", [512, 264], ids=["wide_tiles", "strips"])
+def test_dequantize_every_code_with_every_scale_cpu_equals_gpu(cols, fp8):
+  """The kernels' integer path (ExactScaling) and its per-element fallback on the hardware."""
+  q = _every_code_with_every_scale(cols, fp8)
+  cpu_q, gpu_q = (jax.device_put(q, jax.devices(kind)[0]) for kind in ("cpu", "gpu"))
+  for colwise in (False, True):
+    for out_dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
+      want = mxfp8.dequantize(cpu_q, out_dtype, colwise=colwise)
+      got = mxfp8.dequantize(gpu_q, out_dtype, colwise=colwise)
+      np.testing.assert_array_equal(_bytes(got), _bytes(want),
+                                    err_msg=f"colwise={colwise} {jnp.dtype(out_dtype).name}")
+
+
 # Run in a fresh process: XLA_FLAGS are read once, when the backend starts.
 _COMMAND_BUFFER_SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np

@@ -26,9 +26,8 @@ from jax_grouped_gemm.mxfp8.tensor import LAYOUT_CODES
 
 mxfp8 = jgg.mxfp8
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SOURCES = [ROOT / "tests/emulation/mxfp8_emulated.cc", ROOT / "tests/emulation/simt_shim.h",
-           ROOT / "xla_plugin/kernels/cuda/mxfp8_kernels.cuh"] + sorted(
-               (ROOT / "xla_plugin/common").glob("*.h"))
+SOURCES = [ROOT / "tests/emulation/mxfp8_emulated.cc", ROOT / "tests/emulation/simt_shim.h"] + sorted(
+    (ROOT / "xla_plugin/kernels/cuda").glob("*.cuh")) + sorted((ROOT / "xla_plugin/common").glob("*.h"))
 IN_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
 FP8_CODES = {"float8_e4m3fn": 0, "float8_e5m2": 1}
 
@@ -60,6 +59,8 @@ def emulator(tmp_path_factory):
   lib.EmulateMxfp8Quantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32, i32] + [ptr] * 6
   lib.EmulateMxfp8Dequantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32] + [ptr] * 4
   lib.SetEmulatedJobCounter.argtypes = [i32]
+  lib.EmulateExactScalingMismatches.argtypes = [i32, i32, ctypes.POINTER(i64)]
+  lib.EmulateExactScalingMismatches.restype = i64
   return lib
 
 
@@ -202,7 +203,7 @@ def test_emulated_cuda_kernels_equal_the_cpu_kernels(emulator, job_split, case):
                           scale_layout == "swizzled")
     _assert_same(emulated, q)
     for c in [c for c in (False, True) if (rowwise, colwise)[c]]:
-      for out_dtype in (np.float32, jnp.bfloat16):
+      for out_dtype in (np.float32, jnp.bfloat16, np.float16):
         got = emulate_dequantize(emulator, q, jnp.dtype(out_dtype), c)
         want = np.asarray(mxfp8.dequantize(q, out_dtype, colwise=c))
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
@@ -232,3 +233,25 @@ def test_emulation_covers_both_kernel_families(emulator):
   strips = {width(case) for case in ("varying_first_odd", "dense_strips_64", "dense_scalar_stride",
                                      "varying_last", "dense_strips_128")}
   assert strips == {32, 64, 96, 128}
+
+
+# Scales whose dequantization the kernels do with integer operations and one multiply (every
+# finite code's result a normal Out value): f16 takes it only near 2^0, and for e5m2 codes not
+# at all. Non-special codes: e4m3 254 (no NaN), e5m2 248 (no Inf/NaN).
+EXACT_SCALING = {("float32", "float8_e4m3fn"): (10, 134, 254),
+                 ("bfloat16", "float8_e4m3fn"): (10, 134, 254),
+                 ("float16", "float8_e4m3fn"): (122, 134, 254),
+                 ("float32", "float8_e5m2"): (17, 142, 248),
+                 ("bfloat16", "float8_e5m2"): (17, 142, 248),
+                 ("float16", "float8_e5m2"): (1, 0, 248)}
+
+
+@pytest.mark.parametrize("out_dtype,fp8_dtype", EXACT_SCALING)
+def test_exact_scaling_path_equals_the_element_rule_for_every_code_and_scale(
+    emulator, out_dtype, fp8_dtype):
+  lo, hi, codes = EXACT_SCALING[out_dtype, fp8_dtype]
+  checked = ctypes.c_int64(-1)
+  bad = emulator.EmulateExactScalingMismatches(IN_CODES[out_dtype], FP8_CODES[fp8_dtype],
+                                               ctypes.byref(checked))
+  assert bad == 0
+  assert checked.value == max(0, hi - lo + 1) * codes

@@ -92,3 +92,63 @@ extern "C" int EmulateMxfp8Dequantize(int layout, int64_t groups, int64_t rows, 
   EmulatedDequantize launch{p, o};
   return DispatchDequantize(p, launch);
 }
+
+namespace {
+
+// Dequantizes every code with every scale through ExactScaling<Out, kFormat> wherever its
+// range and special-code test allow, against the reference element rule.
+template <typename Out, jgg::mxfp8::Fp8Format kFormat>
+int64_t ExactScalingMismatches(jgg::mxfp8::FloatFormat out_format, int64_t* checked) {
+  using Exact = jgg::cuda::ExactScaling<Out, kFormat>;
+  constexpr int kWords = sizeof(Out);  // output words per 4 codes
+  int64_t bad = 0;
+  *checked = 0;
+  for (uint32_t e = 0; e < 256; ++e) {
+    if (!Exact::InRange(e)) continue;
+    uint32_t factors[kWords];
+    for (uint32_t& f : factors) f = FactorWord<Out, kFormat>(e, e);
+    for (uint32_t first = 0; first < 256; first += 4) {
+      const uint32_t codes[1] = {first * 0x01u | (first + 1) << 8 | (first + 2) << 16 | (first + 3) << 24};
+      if (Exact::AnySpecial(codes)) {  // then one code at a time, to reach its neighbours
+        for (uint32_t c = first; c < first + 4; ++c) {
+          const uint32_t single[1] = {c * 0x01010101u};
+          if (Exact::AnySpecial(single)) continue;
+          uint32_t out[kWords];
+          Exact::Convert(single[0], factors, out);
+          const uint32_t got = sizeof(Out) == 4 ? out[0] : out[0] & 0xFFFFu;
+          bad += got != jgg::mxfp8::DequantizeElement(c, e, kFormat, out_format);
+          ++*checked;
+        }
+        continue;
+      }
+      uint32_t out[kWords];
+      Exact::Convert(codes[0], factors, out);
+      for (uint32_t k = 0; k < 4; ++k) {
+        const uint32_t got = sizeof(Out) == 4 ? out[k] : (out[k / 2] >> (16 * (k % 2))) & 0xFFFFu;
+        bad += got != jgg::mxfp8::DequantizeElement(first + k, e, kFormat, out_format);
+        ++*checked;
+      }
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
+// Mismatches of the exact integer dequantization path against the element rule over every
+// (scale, code) pair it takes; *checked receives how many pairs that is.
+extern "C" int64_t EmulateExactScalingMismatches(int out_type, int format, int64_t* checked) {
+  using jgg::mxfp8::Fp8Format;
+  const bool e4m3 = static_cast<Fp8Format>(format) == Fp8Format::kE4M3;
+  switch (static_cast<jgg::ElementType>(out_type)) {
+    case jgg::ElementType::kF32:
+      return e4m3 ? ExactScalingMismatches<float, Fp8Format::kE4M3>(jgg::mxfp8::F32Format(), checked)
+                  : ExactScalingMismatches<float, Fp8Format::kE5M2>(jgg::mxfp8::F32Format(), checked);
+    case jgg::ElementType::kBF16:
+      return e4m3 ? ExactScalingMismatches<__nv_bfloat16, Fp8Format::kE4M3>(jgg::mxfp8::Bf16Format(), checked)
+                  : ExactScalingMismatches<__nv_bfloat16, Fp8Format::kE5M2>(jgg::mxfp8::Bf16Format(), checked);
+    default:
+      return e4m3 ? ExactScalingMismatches<__half, Fp8Format::kE4M3>(jgg::mxfp8::F16Format(), checked)
+                  : ExactScalingMismatches<__half, Fp8Format::kE5M2>(jgg::mxfp8::F16Format(), checked);
+  }
+}

@@ -184,5 +184,4 @@ inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v)
 inline float __uint_as_float(uint32_t v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t v; std::memcpy(&v, &f, 4); return v; }
 inline float __fmul_rn(float a, float b) { return a * b; }
-
 #endif  // JGG_TESTS_EMULATION_SIMT_SHIM_H_

@@ -867,6 +867,65 @@ __device__ inline uint32_t OutBits(float y) {
   }
 }
 
+// One output word's ExactScaling factors: two 16-bit elements' (e0 first), or an f32's (e0).
+template <typename Out, Fp8Format kFormat>
+__device__ inline uint32_t FactorWord(uint32_t e0, uint32_t e1) {
+  using Exact = ExactScaling<Out, kFormat>;
+  if constexpr (sizeof(Out) == 4) {
+    return Exact::FactorBits(e0);
+  } else {
+    return Exact::FactorBits(e0) | (Exact::FactorBits(e1) << 16);
+  }
+}
+
+// The factor words of kCodes columns with scales e[], and whether every scale allows the
+// exact integer path.
+template <typename Out, Fp8Format kFormat, int kCodes>
+__device__ inline bool ColumnFactors(const uint8_t (&e)[kCodes],
+                                     uint32_t (&factors)[kCodes * sizeof(Out) / 4]) {
+  constexpr int kPerWord = 4 / sizeof(Out);
+  bool exact = true;
+#pragma unroll
+  for (int k = 0; k < kCodes; ++k) exact = exact && ExactScaling<Out, kFormat>::InRange(e[k]);
+#pragma unroll
+  for (int w = 0; w < kCodes / kPerWord; ++w) {
+    factors[w] = FactorWord<Out, kFormat>(e[w * kPerWord], e[w * kPerWord + kPerWord - 1]);
+  }
+  return exact;
+}
+
+// One row's kCodes fp8 codes (first lowest in codes[0]) as packed Out words. Exactly through
+// ExactScaling when the whole row is data, its scales allow it (`scales_exact`, `factors`)
+// and no code is NaN/Inf; else element by element from scale_of(k), the f32 factor of code
+// k. Elements at or past `valid` (the row's data columns; 0 for a row outside the data) are 0.
+template <typename Out, Fp8Format kFormat, int kCodes, typename ScaleOf>
+__device__ inline void DequantizeRow(const uint32_t (&codes)[kCodes / 4], bool scales_exact,
+                                     const uint32_t (&factors)[kCodes * sizeof(Out) / 4],
+                                     int64_t valid, ScaleOf scale_of,
+                                     uint32_t (&words)[kCodes * sizeof(Out) / 4]) {
+  using Exact = ExactScaling<Out, kFormat>;
+  constexpr int kWordsPer4 = sizeof(Out);  // output words per code word
+  if (scales_exact && valid >= kCodes && !Exact::AnySpecial(codes)) {
+#pragma unroll
+    for (int c = 0; c < kCodes / 4; ++c) {
+      Exact::Convert(codes[c], &factors[c * kWordsPer4], &words[c * kWordsPer4]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kCodes; k += 2) {
+    const float2 v = Fp8PairToFloat2<kFormat>((codes[k / 4] >> (8 * (k % 4))) & 0xFFFFu);
+    const uint32_t b0 = k < valid ? OutBits<Out>(__fmul_rn(v.x, scale_of(k))) : 0u;
+    const uint32_t b1 = k + 1 < valid ? OutBits<Out>(__fmul_rn(v.y, scale_of(k + 1))) : 0u;
+    if constexpr (sizeof(Out) == 4) {
+      words[k] = b0;
+      words[k + 1] = b1;
+    } else {
+      words[k / 2] = b0 | (b1 << 16);
+    }
+  }
+}
+
 // Each thread converts kDequantVec fp8 bytes of all 32 rows; the loads of the tile (data and
 // rowwise scales) are all issued before the first conversion.
 template <typename Out, Fp8Format kFormat, bool kFull>
@@ -887,19 +946,26 @@ __device__ void DequantizeStrips(const mxfp8::DequantizeOperands& o, bool colwis
   const uint8_t* __restrict__ data = o.data + t.base;
   Out* __restrict__ out = static_cast<Out*>(o.out) + t.base;
 
+  using Exact = ExactScaling<Out, kFormat>;
   float col_scale[kVec];  // the colwise scales of this thread's columns (one block row)
+  uint8_t col_e[kVec];
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) col_scale[k] = 1.0f;
+  for (int k = 0; k < kVec; ++k) {
+    col_scale[k] = 1.0f;
+    col_e[k] = 0;
+  }
   if (colwise && data_rows > 0) {
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      const uint8_t e = k < data_cols ? __ldg(o.scales + r.scale_offset +
-                                              mxfp8::ScaleIndex(m, true, swizzled, job.row_tile,
-                                                                t.col0 + k))
-                                      : 0;
-      col_scale[k] = __uint_as_float(mxfp8::ScaleBits(e));
+      col_e[k] = k < data_cols ? __ldg(o.scales + r.scale_offset +
+                                       mxfp8::ScaleIndex(m, true, swizzled, job.row_tile,
+                                                         t.col0 + k))
+                               : 0;
+      col_scale[k] = __uint_as_float(mxfp8::ScaleBits(col_e[k]));
     }
   }
+  uint32_t col_factor[kWords];
+  const bool cols_exact = ColumnFactors<Out, kFormat, kVec>(col_e, col_factor);
   // Rowwise scale (row0 + i, block): rows padded_cols bytes apart compact, 16 swizzled.
   const uint8_t* __restrict__ row_scale_p =
       o.scales + r.scale_offset +
@@ -932,22 +998,16 @@ __device__ void DequantizeStrips(const mxfp8::DequantizeOperands& o, bool colwis
     const float s_row = __uint_as_float(mxfp8::ScaleBits(row_scale[i]));
     uint32_t words[kWords];
 #pragma unroll
-    for (int w = 0; w < kWords; ++w) words[w] = 0;
+    const uint32_t codes[1] = {q[i]};
+    const uint32_t e_row = row_scale[i];
+    uint32_t factors[kWords];
 #pragma unroll
-    for (int k = 0; k < kVec; k += 2) {
-      const float2 v = Fp8PairToFloat2<kFormat>((q[i] >> (8 * k)) & 0xFFFFu);
-      const float s0 = colwise ? col_scale[k] : s_row;
-      const float s1 = colwise ? col_scale[k + 1] : s_row;
-      const bool in0 = real_row && k < data_cols, in1 = real_row && k + 1 < data_cols;
-      const uint32_t b0 = in0 ? OutBits<Out>(__fmul_rn(v.x, s0)) : 0u;
-      const uint32_t b1 = in1 ? OutBits<Out>(__fmul_rn(v.y, s1)) : 0u;
-      if constexpr (sizeof(Out) == 4) {
-        words[k] = b0;
-        words[k + 1] = b1;
-      } else {
-        words[k / 2] = b0 | (b1 << 16);
-      }
+    for (int w = 0; w < kWords; ++w) {
+      factors[w] = colwise ? col_factor[w] : FactorWord<Out, kFormat>(e_row, e_row);
     }
+    DequantizeRow<Out, kFormat, kVec>(
+        codes, colwise ? cols_exact : Exact::InRange(e_row), factors, real_row ? data_cols : 0,
+        [&](int k) { return colwise ? col_scale[k] : s_row; }, words);
     Out* row_out = out + i * stride;
     if (cap_cols >= kVec && vector) {
       if constexpr (kWords == 4) {

@@ -316,52 +316,48 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
     row_scale[i] = !colwise && i < t.data_rows ? __ldg(row_scale_p + i * row_scale_step) : 0;
   }
   // Colwise: the chunk's 16 column scales of the tile's block row.
-  uint32_t col_scale[4] = {0, 0, 0, 0};
+  uint8_t col_e[kVec] = {};
   if (colwise && t.data_rows > 0) {
     if (!swizzled && t.data_cols >= kVec) {
+      uint32_t packed[4];
       Words(__ldg(reinterpret_cast<const uint4*>(
                 scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0))),
-            col_scale);
+            packed);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) col_e[k] = static_cast<uint8_t>(packed[k / 4] >> (8 * (k % 4)));
     } else {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         if (k < t.data_cols) {
-          col_scale[k / 4] |=
-              static_cast<uint32_t>(
-                  __ldg(scales + mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)))
-              << (8 * (k % 4));
+          col_e[k] = __ldg(scales + mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k));
         }
       }
     }
   }
+  uint32_t col_factor[kOutWords];
+  const bool cols_exact = ColumnFactors<Out, kFormat, kVec>(col_e, col_factor);
 
   Out* __restrict__ out = static_cast<Out*>(o.out) + t.base;
 #pragma unroll
   for (int i = 0; i < kWideRows; ++i) {
     if (i >= t.cap_rows) continue;
-    uint32_t bytes[4];
-    Words(stage[i * kWideThreads + threadIdx.x], bytes);
-    const float s_row = __uint_as_float(mxfp8::ScaleBits(row_scale[i]));
-    uint32_t words[kOutWords];
+    uint32_t codes[4];
+    Words(stage[i * kWideThreads + threadIdx.x], codes);
+    const uint32_t e_row = row_scale[i];
+    const float s_row = __uint_as_float(mxfp8::ScaleBits(e_row));
+    uint32_t factors[kOutWords];
 #pragma unroll
-    for (int k = 0; k < kVec; k += 2) {
-      const float2 v = Fp8PairToFloat2<kFormat>((bytes[k / 4] >> (8 * (k % 4))) & 0xFFFFu);
-      const auto scale_of = [&](int c) {
-        return colwise ? __uint_as_float(mxfp8::ScaleBits(
-                             static_cast<uint8_t>(col_scale[c / 4] >> (8 * (c % 4)))))
-                       : s_row;
-      };
-      const bool in0 = i < t.data_rows && k < t.data_cols;
-      const bool in1 = i < t.data_rows && k + 1 < t.data_cols;
-      const uint32_t b0 = in0 ? OutBits<Out>(__fmul_rn(v.x, scale_of(k))) : 0u;
-      const uint32_t b1 = in1 ? OutBits<Out>(__fmul_rn(v.y, scale_of(k + 1))) : 0u;
-      if constexpr (sizeof(Out) == 4) {
-        words[k] = b0;
-        words[k + 1] = b1;
-      } else {
-        words[k / 2] = b0 | (b1 << 16);
-      }
+    for (int w = 0; w < kOutWords; ++w) {
+      factors[w] = colwise ? col_factor[w] : FactorWord<Out, kFormat>(e_row, e_row);
     }
+    uint32_t words[kOutWords];
+    DequantizeRow<Out, kFormat, kVec>(
+        codes, colwise ? cols_exact : ExactScaling<Out, kFormat>::InRange(e_row), factors,
+        i < t.data_rows ? t.data_cols : 0,
+        [&](int k) {
+          return colwise ? __uint_as_float(mxfp8::ScaleBits(col_e[k])) : s_row;
+        },
+        words);
     StoreWords<kOutWords>(out + i * t.stride, words);
   }
 }
