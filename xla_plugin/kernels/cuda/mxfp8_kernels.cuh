@@ -454,10 +454,21 @@ __device__ inline void ZeroOwnedScalePadding(const Region& r, int64_t row_tile, 
   const int64_t i1 = last_row ? m.padded_rows : i0 + rows_per_tile;
   const int64_t j1 = last_col ? m.padded_cols : j0 + cols_per_tile;
   const int64_t width = j1 - j0;
-  for (int64_t t = threadIdx.x; t < (i1 - i0) * width; t += blockDim.x) {
-    const int64_t i = i0 + t / width, j = j0 + t % width;
-    if (i < m.rows && j < m.cols) continue;
-    scales[r.scale_offset + mxfp8::ScaleIndex(m, colwise, swizzled, i, j)] = 0;
+  // Four consecutive columns j..j+3 (j % 4 == 0) are four consecutive bytes except in the
+  // colwise swizzle (its interleave runs along i): there, and for odd spans, byte by byte.
+  const bool words = !(swizzled && colwise) && width % 4 == 0 && j0 % 4 == 0;
+  const int64_t step = words ? 4 : 1, per_row = width / step;
+  for (int64_t t = threadIdx.x; t < (i1 - i0) * per_row; t += blockDim.x) {
+    const int64_t row = DivFast(t, per_row);
+    const int64_t i = i0 + row, j = j0 + (t - row * per_row) * step;
+    uint8_t* p = scales + r.scale_offset + mxfp8::ScaleIndex(m, colwise, swizzled, i, j);
+    if (words && (i >= m.rows || j >= m.cols)) {
+      *reinterpret_cast<uint32_t*>(p) = 0;  // scale offsets and padded widths are multiples of 4
+      continue;
+    }
+    for (int64_t k = 0; k < step; ++k) {
+      if (i >= m.rows || j + k >= m.cols) p[k] = 0;
+    }
   }
 }
 
@@ -972,12 +983,11 @@ __device__ void DequantizeStrips(const mxfp8::DequantizeOperands& o, bool colwis
       mxfp8::ScaleIndex(m, false, swizzled, job.row_tile * kTileRows, t.col0 / kBlockSize);
   const int64_t row_scale_step = swizzled ? 16 : m.padded_cols;
 
-  uint32_t q[kTileRows];         // the fp8 bytes of each row (0 outside the group)
-  uint8_t row_scale[kTileRows];  // rowwise only
+  uint32_t q[kTileRows];                // the fp8 bytes of each row (0 outside the group)
+  uint32_t row_scales[kTileRows / 4] = {};  // rowwise only: row i's in byte i % 4 of word i / 4
 #pragma unroll
   for (int i = 0; i < kTileRows; ++i) {
     q[i] = 0;
-    row_scale[i] = 0;
     if (i < data_rows) {
       const uint8_t* p = data + i * stride;
       if (data_cols >= kVec && vector) {
@@ -988,18 +998,20 @@ __device__ void DequantizeStrips(const mxfp8::DequantizeOperands& o, bool colwis
           if (k < data_cols) q[i] |= static_cast<uint32_t>(__ldg(p + k)) << (8 * k);
         }
       }
-      if (!colwise) row_scale[i] = __ldg(row_scale_p + i * row_scale_step);
+      if (!colwise) {
+        row_scales[i / 4] |= static_cast<uint32_t>(__ldg(row_scale_p + i * row_scale_step))
+                             << (8 * (i % 4));
+      }
     }
   }
 #pragma unroll
   for (int i = 0; i < kTileRows; ++i) {
     if (i >= cap_rows) continue;
     const bool real_row = i < data_rows;
-    const float s_row = __uint_as_float(mxfp8::ScaleBits(row_scale[i]));
+    const uint32_t e_row = (row_scales[i / 4] >> (8 * (i % 4))) & 0xFFu;
+    const float s_row = __uint_as_float(mxfp8::ScaleBits(static_cast<uint8_t>(e_row)));
     uint32_t words[kWords];
-#pragma unroll
     const uint32_t codes[1] = {q[i]};
-    const uint32_t e_row = row_scale[i];
     uint32_t factors[kWords];
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
