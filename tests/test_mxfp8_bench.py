@@ -22,6 +22,7 @@ def test_tiny_shapes_time_every_op_and_report(tmp_path):
   for r in records:
     assert "error" not in r, r.get("error")
     assert r["runs"] == 2 and r["gb_per_s"] > 0
+    assert r["same_bytes_copy_seconds"] > 0 and r["fraction_of_same_bytes_copy"] > 0
   both = next(r for r in records if r["op"] == "quantize_both" and r["tensor"] == "weight")
   # 4 x 64 x 48 bf16 read; two fp8 copies and two scale buffers (4 slots of 512 bytes) written.
   assert both["bytes_moved"] == 4 * 64 * 48 * 2 + 2 * (4 * 64 * 48 + 4 * 512)

@@ -11,7 +11,9 @@ For every anchor shape of tools/bench/shapes.py (M, K, N, G; uniform and Zipf ro
   weight      w [G, K, N] bf16, a stack (same dims): the same four ops
 Bytes moved = input read + outputs written (data and the whole scale buffer); GB/s = bytes /
 median time per call; "% copy" against a device copy (x + 1 over uint32, read + write)
-timed in the same run. Timing: jax_loop.LoopTimer (jitted fori_loops of --calls calls, the
+timed in the same run, and against the same copy over this call's bytes ("% of same-bytes
+copy": what any one-kernel op of that size reaches in this loop, whose iterations cost a few
+microseconds each: see tools/device/mxfp8_timeline.py). Timing: jax_loop.LoopTimer (jitted fori_loops of --calls calls, the
 compiled loop read for hoisting and copies, --runs >= 20 timed runs, the median). SPEC target:
 >= 85% of the copy bandwidth. Writes mxfp8_bench.json and mxfp8_bench.md to --out.
 
@@ -86,6 +88,7 @@ def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float) -> list[di
   copy_gbs = copy["bytes_moved"] / copy["seconds"] / 1e9
   print(f"device copy: {copy_gbs:.0f} GB/s ({copy['copy_method']})", flush=True)
   records = []
+  same_bytes_copy = {}  # bytes moved -> seconds per call of x + 1 over them, in the same loop
   done_weights = set()
   for shape in shapes:
     for tensor in ("activation", "weight"):
@@ -106,12 +109,18 @@ def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float) -> list[di
           continue
         moved = _bytes_moved(op, x, scale_bytes)
         gbs = moved / fields["seconds"] / 1e9
+        same = same_bytes_copy.get(moved)
+        if same is None:
+          same = same_bytes_copy[moved] = jax_competitors._time_copy(timer, moved // 2)["seconds"]
         record = dict(shape=shape.name, tensor=tensor, op=op, dims=list(x.shape),
                       groups=None if sizes is None else int(sizes.shape[0]), bytes_moved=moved,
-                      gb_per_s=gbs, fraction_of_copy=gbs / copy_gbs, **fields)
+                      gb_per_s=gbs, fraction_of_copy=gbs / copy_gbs,
+                      same_bytes_copy_seconds=same, fraction_of_same_bytes_copy=same / fields["seconds"],
+                      **fields)
         records.append(record)
         print(f"{shape.name:>16} {tensor:>10} {op:>17}: {fields['seconds'] * 1e6:9.1f} us "
-              f"{gbs:7.0f} GB/s {100 * gbs / copy_gbs:5.1f}% of copy", flush=True)
+              f"{gbs:7.0f} GB/s {100 * gbs / copy_gbs:5.1f}% of copy "
+              f"({100 * same / fields['seconds']:5.1f}% of a copy of the same bytes)", flush=True)
       del x, sizes, reference
   result = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
             "copy": {**copy, "gb_per_s": copy_gbs}, "target_fraction_of_copy": TARGET_FRACTION,
@@ -126,17 +135,18 @@ def markdown(result: dict) -> str:
   lines = [f"MXFP8 quantize / dequantize, {result['device']}, jax {result['jax']}: device copy "
            f"{result['copy']['gb_per_s']:.0f} GB/s; target >= "
            f"{100 * result['target_fraction_of_copy']:.0f}% of copy (bytes read + written).", "",
-           "| shape | tensor | dims | op | us/call | GB/s | % of copy | target |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| shape | tensor | dims | op | us/call | GB/s | % of copy | % of same-bytes copy | target |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for r in result["records"]:
     if "error" in r:
-      lines.append(f"| {r['shape']} | {r['tensor']} | | {r['op']} | n/a: {r['error']} | | | |")
+      lines.append(f"| {r['shape']} | {r['tensor']} | | {r['op']} | n/a: {r['error']} | | | | |")
       continue
     dims = "x".join(map(str, r["dims"])) + (f", G={r['groups']}" if r["groups"] else "")
     ok = "yes" if r["fraction_of_copy"] >= result["target_fraction_of_copy"] else "no"
     lines.append(f"| {r['shape']} | {r['tensor']} | {dims} | {r['op']} | "
                  f"{r['seconds'] * 1e6:.1f} | {r['gb_per_s']:.0f} | "
-                 f"{100 * r['fraction_of_copy']:.1f} | {ok} |")
+                 f"{100 * r['fraction_of_copy']:.1f} | "
+                 f"{100 * r['fraction_of_same_bytes_copy']:.1f} | {ok} |")
   return "\n".join(lines) + "\n"
 
 
