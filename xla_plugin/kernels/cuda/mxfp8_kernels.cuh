@@ -454,21 +454,11 @@ __device__ inline void ZeroOwnedScalePadding(const Region& r, int64_t row_tile, 
   const int64_t i1 = last_row ? m.padded_rows : i0 + rows_per_tile;
   const int64_t j1 = last_col ? m.padded_cols : j0 + cols_per_tile;
   const int64_t width = j1 - j0;
-  // Four consecutive columns j..j+3 (j % 4 == 0) are four consecutive bytes except in the
-  // colwise swizzle (its interleave runs along i): there, and for odd spans, byte by byte.
-  const bool words = !(swizzled && colwise) && width % 4 == 0 && j0 % 4 == 0;
-  const int64_t step = words ? 4 : 1, per_row = width / step;
-  for (int64_t t = threadIdx.x; t < (i1 - i0) * per_row; t += blockDim.x) {
-    const int64_t row = DivFast(t, per_row);
-    const int64_t i = i0 + row, j = j0 + (t - row * per_row) * step;
-    uint8_t* p = scales + r.scale_offset + mxfp8::ScaleIndex(m, colwise, swizzled, i, j);
-    if (words && (i >= m.rows || j >= m.cols)) {
-      *reinterpret_cast<uint32_t*>(p) = 0;  // scale offsets and padded widths are multiples of 4
-      continue;
-    }
-    for (int64_t k = 0; k < step; ++k) {
-      if (i >= m.rows || j + k >= m.cols) p[k] = 0;
-    }
+  for (int64_t t = threadIdx.x; t < (i1 - i0) * width; t += blockDim.x) {
+    const int64_t row = DivFast(t, width);  // 32-bit: a 64-bit division costs ~70 instructions
+    const int64_t i = i0 + row, j = j0 + (t - row * width);
+    if (i < m.rows && j < m.cols) continue;
+    scales[r.scale_offset + mxfp8::ScaleIndex(m, colwise, swizzled, i, j)] = 0;
   }
 }
 
