@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+import jax_grouped_gemm as jgg
 from tools.bench import jax_competitors, jax_loop, mxfp8_bench
 from tools.bench import shapes as shapes_lib
 from tools.bench import worker_protocol as wp
@@ -70,7 +71,7 @@ def main():
     shape = shapes_lib.by_name([shape_name])[0]
     x, sizes = mxfp8_bench._operands(shape, tensor)
     extra = () if sizes is None else (sizes,)
-    reference = jax_grouped_gemm_quantize(x, sizes)
+    reference = jgg.mxfp8.quantize(x, sizes)
     operands = ((reference.data, reference.scale_inv) if op == "dequantize" else (x,)) + extra
     fn = mxfp8_bench._function(op, sizes is not None)
     moved = mxfp8_bench._bytes_moved(op, x, reference.scale_inv.size)
@@ -84,11 +85,6 @@ def main():
           f"{100 * moved / unrolled / 1e9 / big_gbs:5.1f}, same-bytes copy "
           f"{100 * moved / copy['seconds'] / 1e9 / big_gbs:5.1f}", flush=True)
   return 0
-
-
-def jax_grouped_gemm_quantize(x, sizes):
-  import jax_grouped_gemm as jgg
-  return jgg.mxfp8.quantize(x, sizes)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import tempfile
 import jax
 import jax.numpy as jnp
 
+import jax_grouped_gemm as jgg
 from tools.bench import jax_competitors, jax_loop, mxfp8_bench
 from tools.bench import shapes as shapes_lib
 
@@ -69,7 +70,6 @@ def main():
     shape = shapes_lib.by_name([shape_name])[0]
     x, sizes = mxfp8_bench._operands(shape, tensor)
     extra = () if sizes is None else (sizes,)
-    import jax_grouped_gemm as jgg
     reference = jgg.mxfp8.quantize(x, sizes)
     operands = ((reference.data, reference.scale_inv) if op == "dequantize" else (x,)) + extra
     timeline(mxfp8_bench._function(op, sizes is not None), operands,
@@ -77,7 +77,7 @@ def main():
     moved = mxfp8_bench._bytes_moved(op, x, reference.scale_inv.size)
     source = jnp.arange(moved // 8, dtype=jnp.uint32)
     timeline(jax_competitors._stream_add, (source, jnp.ones((1,), jnp.uint32)),
-             f"    copy of the same bytes")
+             "    copy of the same bytes")
   return 0
 
 
