@@ -44,7 +44,8 @@ def device_events(trace_dir):
 
 def timeline(fn, operands, label):
   carry = jax.eval_shape(fn, *operands)
-  loop = jax.jit(functools.partial(jax_loop.call_loop, fn, CALLS, jax_loop.BARRIER))
+  loop = jax.jit(functools.partial(jax_loop.call_loop, fn, CALLS, jax_loop.BARRIER),
+                 donate_argnums=(1,))  # as the bench does
   out = jax.block_until_ready(loop(operands, jnp.zeros(carry.shape, carry.dtype)))
   out = jax.block_until_ready(loop(operands, out))
   with tempfile.TemporaryDirectory() as trace_dir:

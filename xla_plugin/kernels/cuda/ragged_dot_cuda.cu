@@ -113,6 +113,12 @@ bool FewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
   return rows <= 128 * num_local_groups;
 }
 
+// Tuning sweep only: JGG_SM90_WGRAD_TILE=c1x1 runs wgrad without a cluster.
+const char* SweepTile(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
+}
+
 sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
                                int64_t groups, cudaStream_t stream) {
   return {info.device, info.sm_count, ProblemArgumentsRegion(o.workspace, batch, groups),
@@ -140,11 +146,12 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
     constexpr ElementType kIn = decltype(in)::value, kOut = decltype(out)::value;
     using sm90::Tile;
     if (small) {
-      return p.rhs_transposed ? sm90::RaggedM<kIn, kOut, Tile::kSmallM, true>(p, o, launch)
-                              : sm90::RaggedM<kIn, kOut, Tile::kSmallM, false>(p, o, launch);
+      return p.rhs_transposed ? sm90::RaggedM<kIn, kOut, Tile::kPingpong64x128, true>(p, o, launch)
+                              : sm90::RaggedM<kIn, kOut, Tile::kPingpong64x128, false>(p, o, launch);
     }
-    return p.rhs_transposed ? sm90::RaggedM<kIn, kOut, Tile::kLarge, true>(p, o, launch)
-                            : sm90::RaggedM<kIn, kOut, Tile::kLarge, false>(p, o, launch);
+    return p.rhs_transposed
+               ? sm90::RaggedM<kIn, kOut, Tile::kCoop128x256, true>(p, o, launch)
+               : sm90::RaggedM<kIn, kOut, Tile::kCoop128x256, false>(p, o, launch);
   });
 }
 
@@ -165,7 +172,11 @@ cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cuda
     return e;
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
   return DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
-    return sm90::RaggedK<decltype(in)::value, decltype(out)::value>(p, o, launch, streamed_rows);
+    constexpr ElementType kIn = decltype(in)::value, kOut = decltype(out)::value;
+    if (std::strcmp(SweepTile("JGG_SM90_WGRAD_TILE"), "c1x1") == 0)
+      return sm90::RaggedK<kIn, kOut, sm90::Tile::kCoop128x256>(p, o, launch, streamed_rows);
+    return sm90::RaggedK<kIn, kOut, sm90::Tile::kCoop128x256Cluster2x1>(p, o, launch,
+                                                                        streamed_rows);
   });
 }
 

@@ -40,11 +40,21 @@ struct TileConfig {
   using EpilogueSchedule = Epilogue;
 };
 
-// 128x256 cooperative, 2x1 cluster: the best stock configuration on the large
-// anchor shapes in the BUILD_NOTES probe (672/617/476 TFLOP/s on an H100).
-using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_2, _1, _1>,
+// Cooperative 128x256x64 (two consumer warpgroups share one 128x256 tile): the best
+// tile of the BUILD_NOTES probe on the large anchor shapes. A cluster shares operand
+// tiles between CTAs through TMA multicast, but CUTLASS's group scheduler also rounds
+// every group's tile counts up to the cluster shape, and the padding tiles run their
+// whole mainloop: a 2x1 cluster pads each group's row tiles to an even count. So ragged
+// rows (forward, dgrad) run without a cluster: 3-14% faster than 2x1 and 1-20% faster
+// than 1x2 on the anchor shapes (docs/PERFORMANCE.md, 2026-11-24 third session). Wgrad's
+// tile counts are not ragged (its rows are the fixed hidden size).
+using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                                       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+using Cooperative128x256Cluster2x1 =
+    TileConfig<Shape<_128, _256, _64>, Shape<_2, _1, _1>,
+               cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
+               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
 
 // 64x128x128 ping-pong (two consumer warpgroups alternate tiles, so one's
 // epilogue hides behind the other's mainloop), no cluster: for groups of few
@@ -133,23 +143,15 @@ __global__ void FillProblemArraysKernel(int64_t count, Describe describe, Proble
   out.stride_d[p] = cutlass::make_cute_packed_stride(typename G::StrideD{}, {d.m, d.n, 1});
 }
 
-// Tile rasterization of the persistent group scheduler (which neighbouring
-// tiles run together, hence L2 reuse). Default: swizzle 8 along M, the best
-// of the sweep of 2026-11-22 on the anchor shapes (docs/PERFORMANCE.md; +0-2.5%
-// over CUTLASS's swizzle 1, within a few percent of each other everywhere);
-// JGG_SM90_SWIZZLE=1|2|4|8 and JGG_SM90_RASTER=m|n override it for tuning
-// runs. Read once per process.
-struct Rasterization {
-  int swizzle;
-  bool along_n;
-};
-
-inline Rasterization ReadRasterization() {
-  static const Rasterization value = [] {
-    const char* swizzle = std::getenv("JGG_SM90_SWIZZLE");
+// Tile order of the persistent group scheduler: along M (CUTLASS's default) unless
+// JGG_SM90_RASTER=n, for tuning runs; read once per process. Swizzle stays 1: without
+// host problem shapes CUTLASS sizes its swizzle from a (sm_count x 1) grid, so any
+// larger max_swizzle_size is ignored, and where it were not, each group's tile counts
+// would be rounded up to it (padding tiles that compute nothing).
+inline bool RasterAlongN() {
+  static const bool value = [] {
     const char* raster = std::getenv("JGG_SM90_RASTER");
-    return Rasterization{swizzle != nullptr ? std::atoi(swizzle) : 8,
-                         raster != nullptr && raster[0] == 'n'};
+    return raster != nullptr && raster[0] == 'n';
   }();
   return value;
 }
@@ -178,9 +180,8 @@ cudaError_t RunGrouped(int64_t count, Describe describe, const GroupedLaunch& la
   args.epilogue.dC = nullptr;
   args.epilogue.ptr_D = arrays.d;
   args.epilogue.dD = arrays.stride_d;
-  const Rasterization raster = ReadRasterization();
-  args.scheduler.max_swizzle_size = raster.swizzle;
-  args.scheduler.raster_order = raster.along_n
+  args.scheduler.max_swizzle_size = 1;
+  args.scheduler.raster_order = RasterAlongN()
                                     ? cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN
                                     : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
   args.hw_info.device_id = launch.device;

@@ -31,9 +31,10 @@ struct GroupedLaunch {
 };
 
 // Tile configurations (grouped_gemm_sm90.cuh):
-//   kLarge:  128x256x64 cooperative, 2x1 cluster (groups of hundreds of rows and more)
-//   kSmallM: 64x128x128 ping-pong (groups of few rows: decode, many small experts)
-enum class Tile { kLarge, kSmallM };
+//   kCoop128x256          128x256x64 cooperative, no cluster (forward and dgrad, large groups)
+//   kCoop128x256Cluster2x1  the same with a 2x1 cluster (wgrad)
+//   kPingpong64x128       64x128x128 ping-pong (groups of few rows: decode, many small experts)
+enum class Tile { kCoop128x256, kCoop128x256Cluster2x1, kPingpong64x128 };
 
 // Entry points. Each combination the dispatcher uses is one kernel instantiation, compiled
 // from instantiate_sm90.cu once per variant listed in xla_plugin/BUILD (inputs bf16 or f16;
@@ -42,9 +43,9 @@ enum class Tile { kLarge, kSmallM };
 // Forward (B = rhs row-major [K, N]) or, with kRhsTransposed, dgrad (B read column-major).
 template <ElementType kIn, ElementType kOut, Tile kTile, bool kRhsTransposed>
 cudaError_t RaggedM(const RaggedMProblem& p, const RaggedOperands& o, const GroupedLaunch& l);
-// Wgrad (ragged contracting dimension), large tiles. Groups of at most left_rows (>= 0)
-// rows, empty ones included, are left untouched for the caller to write.
-template <ElementType kIn, ElementType kOut>
+// Wgrad (ragged contracting dimension). Groups of at most left_rows (>= 0) rows, empty
+// ones included, are left untouched for the caller to write.
+template <ElementType kIn, ElementType kOut, Tile kTile>
 cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l,
                     int left_rows);
 

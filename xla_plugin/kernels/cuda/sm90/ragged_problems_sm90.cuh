@@ -70,8 +70,11 @@ template <> struct CutlassElement<ElementType::kF16> { using type = cutlass::hal
 template <> struct CutlassElement<ElementType::kF32> { using type = float; };
 
 template <Tile> struct TileConfigOf;
-template <> struct TileConfigOf<Tile::kLarge> { using type = Cooperative128x256; };
-template <> struct TileConfigOf<Tile::kSmallM> { using type = Pingpong64x128; };
+template <> struct TileConfigOf<Tile::kCoop128x256> { using type = Cooperative128x256; };
+template <> struct TileConfigOf<Tile::kCoop128x256Cluster2x1> {
+  using type = Cooperative128x256Cluster2x1;
+};
+template <> struct TileConfigOf<Tile::kPingpong64x128> { using type = Pingpong64x128; };
 
 // B is the weight: row-major [K, N] for the forward, column-major (the forward's weight read
 // transposed in place) for dgrad.
@@ -84,10 +87,10 @@ cudaError_t RaggedM(const RaggedMProblem& p, const RaggedOperands& o, const Grou
   return RunRagged<G, RaggedMProblems<typename G::A, typename G::D>>(p, o, l);
 }
 
-template <ElementType kIn, ElementType kOut>
+template <ElementType kIn, ElementType kOut, Tile kTile>
 cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l,
                     int left_rows) {
-  using G = GroupedGemm<Cooperative128x256, typename CutlassElement<kIn>::type,
+  using G = GroupedGemm<typename TileConfigOf<kTile>::type, typename CutlassElement<kIn>::type,
                         typename CutlassElement<kOut>::type, cutlass::layout::ColumnMajor,
                         cutlass::layout::RowMajor>;
   return RunRagged<G, RaggedKProblems<typename G::A, typename G::D>>(p, o, l, left_rows);
