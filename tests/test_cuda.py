@@ -89,6 +89,27 @@ def test_every_cuda_path_forward_dgrad_wgrad(case):
   assert np.all(np.asarray(dw)[[i for i, s in enumerate(sizes) if s == 0]] == 0)
 
 
+@requires_gpu
+@pytest.mark.parametrize("rows", [1024, 200], ids=["large_tile", "small_tile"])
+@pytest.mark.parametrize("shard", [0, 1, 2])
+def test_tensor_core_local_window_zeroes_the_other_rows_of_a_donated_buffer(rows, shard):
+  # The output takes the donated lhs's buffer (K == N), so it starts full of lhs values:
+  # every row outside this shard's groups must be zeroed by the call itself.
+  sizes, local, k = [150, 0, 300, 200, 120, 90], 2, 64
+  sizes = [s * rows // 1024 for s in sizes]  # sum < rows either way
+  rng = np.random.default_rng(rows + shard)
+  x = jnp.asarray(rng.standard_normal((rows, k)), jnp.bfloat16)
+  w = jnp.asarray(rng.standard_normal((local, k, k)), jnp.bfloat16)
+  f32 = lambda a: np.asarray(a.astype(jnp.float32))
+  expected = reference.ragged_m(f32(x), f32(w), sizes, group_offset=shard * local)
+  x_buffer = x.unsafe_buffer_pointer()
+  out = jax.jit(jgg.ragged_dot, donate_argnums=0)(
+      x, w, jnp.asarray(sizes, jnp.int32), group_offset=jnp.asarray([shard * local], jnp.int32))
+  assert out.unsafe_buffer_pointer() == x_buffer  # the premise: out starts as lhs
+  assert reference.relative_error(out, expected) < 1e-2
+  np.testing.assert_array_equal(np.asarray(out, np.float32)[expected == 0], 0)
+
+
 # (inputs, results) of each tensor-core instantiation (xla_plugin/BUILD SM90_TYPE_PAIRS).
 _TYPE_PAIRS = [(jnp.bfloat16, jnp.bfloat16), (jnp.float16, jnp.float16),
                (jnp.bfloat16, jnp.float32), (jnp.float16, jnp.float32)]

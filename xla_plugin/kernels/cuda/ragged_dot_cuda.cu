@@ -14,7 +14,6 @@
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/ragged_dot_simt.h"
 #include "xla_plugin/kernels/cuda/ragged_k_streamed.h"
-#include "xla_plugin/kernels/cuda/ragged_schedule.h"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
 
 namespace jgg::cuda {
@@ -113,12 +112,6 @@ bool FewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
   return rows <= 128 * num_local_groups;
 }
 
-// Tuning sweep only: JGG_SM90_WGRAD_TILE=c1x1 runs wgrad without a cluster.
-const char* SweepTile(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? "" : value;
-}
-
 sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
                                int64_t groups, cudaStream_t stream) {
   return {info.device, info.sm_count, ProblemArgumentsRegion(o.workspace, batch, groups),
@@ -136,18 +129,17 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
   if (p.k == 0 || !TensorCoreFriendly(info, p.in_type, p.out_type, o, p.k, p.n,
                                       p.batch * p.num_local_groups))
     return LaunchRaggedMSimt(p, o, stream);
-  // Tile counts are the SIMT kernel's business; one row per "tile" here.
-  if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
-                                           p.rows, 1, o, stream); e != cudaSuccess) return e;
-  if (cudaError_t e = LaunchZeroUncoveredRows(p, o, stream); e != cudaSuccess) return e;
+  // One launch before the GEMM writes the schedule, zeroes the rows of no group and
+  // describes the problems (sm90/ragged_problems_sm90.cuh).
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
   const bool small = FewRowsPerGroup(p.rows, p.num_local_groups);
   return DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
     constexpr ElementType kIn = decltype(in)::value, kOut = decltype(out)::value;
     using sm90::Tile;
     if (small) {
-      return p.rhs_transposed ? sm90::RaggedM<kIn, kOut, Tile::kPingpong64x128, true>(p, o, launch)
-                              : sm90::RaggedM<kIn, kOut, Tile::kPingpong64x128, false>(p, o, launch);
+      return p.rhs_transposed
+                 ? sm90::RaggedM<kIn, kOut, Tile::kPingpong64x128, true>(p, o, launch)
+                 : sm90::RaggedM<kIn, kOut, Tile::kPingpong64x128, false>(p, o, launch);
     }
     return p.rhs_transposed
                ? sm90::RaggedM<kIn, kOut, Tile::kCoop128x256, true>(p, o, launch)
@@ -165,19 +157,16 @@ cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cuda
   if (p.rows == 0 || !TensorCoreFriendly(info, p.in_type, p.out_type, o, p.p, p.n,
                                          p.batch * p.num_local_groups))
     return LaunchRaggedKSimt(p, o, stream);
-  if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
-                                           p.rows, 1, o, stream); e != cudaSuccess) return e;
+  // The GEMM's preparation launch writes the schedule the streamed kernel reads after it.
   const int streamed_rows = WgradStreamedRows();
-  if (cudaError_t e = LaunchRaggedKStreamed(p, o, streamed_rows, stream); e != cudaSuccess)
-    return e;
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
-  return DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
-    constexpr ElementType kIn = decltype(in)::value, kOut = decltype(out)::value;
-    if (std::strcmp(SweepTile("JGG_SM90_WGRAD_TILE"), "c1x1") == 0)
-      return sm90::RaggedK<kIn, kOut, sm90::Tile::kCoop128x256>(p, o, launch, streamed_rows);
-    return sm90::RaggedK<kIn, kOut, sm90::Tile::kCoop128x256Cluster2x1>(p, o, launch,
+  if (cudaError_t e = DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
+        return sm90::RaggedK<decltype(in)::value, decltype(out)::value>(p, o, launch,
                                                                         streamed_rows);
-  });
+      });
+      e != cudaSuccess)
+    return e;
+  return LaunchRaggedKStreamed(p, o, streamed_rows, stream);
 }
 
 }  // namespace jgg::cuda

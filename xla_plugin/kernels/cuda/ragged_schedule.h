@@ -1,6 +1,6 @@
-// Device-side preparation shared by every CUDA ragged GEMM path: the group
-// schedule (row and tile boundaries per batch entry, into the workspace) and
-// the zero fill of forward/dgrad rows no group covers.
+// The group schedule (row and tile boundaries per batch entry, into the workspace) as a
+// launch of its own, for the CUDA paths that do not prepare it in their own kernels (the
+// tensor-core path does: sm90/ragged_problems_sm90.cuh).
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_SCHEDULE_H_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_SCHEDULE_H_
 
@@ -17,10 +17,6 @@ namespace jgg::cuda {
 cudaError_t LaunchRaggedSchedule(int64_t batch, int64_t num_global_groups,
                                  int64_t num_local_groups, int64_t rows, int64_t tile_rows,
                                  const RaggedOperands& operands, cudaStream_t stream);
-
-// RaggedM: zeroes out[b, r, :] for the rows r of no local group (reads the schedule).
-cudaError_t LaunchZeroUncoveredRows(const RaggedMProblem& problem, const RaggedOperands& operands,
-                                    cudaStream_t stream);
 
 }  // namespace jgg::cuda
 

@@ -4,7 +4,7 @@
 // compile in parallel and cache separately: ~55 s and 3.4 GB each).
 //
 // Problem shapes, pointers and strides are written by a small kernel from the
-// group schedule on the device, and CUTLASS runs with host_problem_shapes =
+// group sizes on the device, and CUTLASS runs with host_problem_shapes =
 // nullptr: no host reads of group sizes, no sync, no allocation (CUTLASS's own
 // workspace comes from ours), so the launch is graph-capturable.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_GROUPED_GEMM_SM90_CUH_
@@ -127,20 +127,31 @@ struct ProblemArrays {
   }
 };
 
-// One thread per problem: `describe(p)` says what problem p is (on the device,
-// from the schedule); this writes it in CUTLASS's form.
-template <class G, class Describe>
-__global__ void FillProblemArraysKernel(int64_t count, Describe describe, ProblemArrays<G> out) {
-  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (p >= count) return;
-  const ProblemDescription d = describe(p);
-  out.shapes[p] = typename G::Shape3{d.m, d.n, d.k};
-  out.a[p] = static_cast<const typename G::A*>(d.a);
-  out.b[p] = static_cast<const typename G::A*>(d.b);
-  out.d[p] = static_cast<typename G::D*>(d.d);
-  out.stride_a[p] = cutlass::make_cute_packed_stride(typename G::StrideA{}, {d.m, d.k, 1});
-  out.stride_b[p] = cutlass::make_cute_packed_stride(typename G::StrideB{}, {d.n, d.k, 1});
-  out.stride_d[p] = cutlass::make_cute_packed_stride(typename G::StrideD{}, {d.m, d.n, 1});
+// The one launch before the GEMM. `Problems` describes a grouped launch on the device:
+//   batch(), groups()         problem p = g * batch() + b is group g of batch entry b;
+//   prepare_parts()           blocks per batch entry (host);
+//   PrepareBatch(b, x, n)     block x of n of batch entry b prepares it (the schedule,
+//                             zero fills), all kPrepareThreads threads together;
+//   operator()(p)             what problem p is, once block 0 has prepared its batch entry.
+// Block 0 of each batch entry then writes that entry's problems in CUTLASS's form.
+template <class G, class Problems>
+__global__ void __launch_bounds__(Problems::kPrepareThreads)
+    PrepareProblemsKernel(Problems problems, ProblemArrays<G> out) {
+  const int64_t b = blockIdx.y;
+  problems.PrepareBatch(b, blockIdx.x, gridDim.x);
+  if (blockIdx.x != 0) return;
+  __syncthreads();  // what PrepareBatch wrote is read back below
+  for (int64_t g = threadIdx.x; g < problems.groups(); g += blockDim.x) {
+    const int64_t p = g * problems.batch() + b;
+    const ProblemDescription d = problems(p);
+    out.shapes[p] = typename G::Shape3{d.m, d.n, d.k};
+    out.a[p] = static_cast<const typename G::A*>(d.a);
+    out.b[p] = static_cast<const typename G::A*>(d.b);
+    out.d[p] = static_cast<typename G::D*>(d.d);
+    out.stride_a[p] = cutlass::make_cute_packed_stride(typename G::StrideA{}, {d.m, d.k, 1});
+    out.stride_b[p] = cutlass::make_cute_packed_stride(typename G::StrideB{}, {d.n, d.k, 1});
+    out.stride_d[p] = cutlass::make_cute_packed_stride(typename G::StrideD{}, {d.m, d.n, 1});
+  }
 }
 
 // Tile order of the persistent group scheduler: along M (CUTLASS's default) unless
@@ -160,15 +171,18 @@ inline cudaError_t FromCutlass(cutlass::Status status) {
   return status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorNotSupported;
 }
 
-// Writes the problem arrays with `describe`, then runs the grouped GEMM.
-template <class G, class Describe>
-cudaError_t RunGrouped(int64_t count, Describe describe, const GroupedLaunch& launch) {
-  if (count == 0) return cudaSuccess;
+// Prepares the problems (PrepareProblemsKernel), then runs the grouped GEMM.
+template <class G, class Problems>
+cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
+  if (problems.batch() == 0) return cudaSuccess;
+  const int64_t count = problems.groups() * problems.batch();
   const ProblemArrays<G> arrays = ProblemArrays<G>::Carve(launch.problem_arguments, count);
-  constexpr int kThreads = 128;
-  FillProblemArraysKernel<G><<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads,
-                               0, launch.stream>>>(count, describe, arrays);
+  const dim3 grid(static_cast<unsigned>(problems.prepare_parts()),
+                  static_cast<unsigned>(problems.batch()));
+  PrepareProblemsKernel<G><<<grid, Problems::kPrepareThreads, 0, launch.stream>>>(problems,
+                                                                                  arrays);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (count == 0) return cudaSuccess;  // prepared (rows zeroed), nothing to multiply
 
   typename G::Gemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;

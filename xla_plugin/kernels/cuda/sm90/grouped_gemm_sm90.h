@@ -31,10 +31,10 @@ struct GroupedLaunch {
 };
 
 // Tile configurations (grouped_gemm_sm90.cuh):
-//   kCoop128x256          128x256x64 cooperative, no cluster (forward and dgrad, large groups)
-//   kCoop128x256Cluster2x1  the same with a 2x1 cluster (wgrad)
-//   kPingpong64x128       64x128x128 ping-pong (groups of few rows: decode, many small experts)
-enum class Tile { kCoop128x256, kCoop128x256Cluster2x1, kPingpong64x128 };
+//   kCoop128x256      128x256x64 cooperative, no cluster (forward and dgrad, large groups)
+//   kPingpong64x128   64x128x128 ping-pong (groups of few rows: decode, many small experts)
+// Wgrad always runs 128x256x64 cooperative with a 2x1 cluster.
+enum class Tile { kCoop128x256, kPingpong64x128 };
 
 // Entry points. Each combination the dispatcher uses is one kernel instantiation, compiled
 // from instantiate_sm90.cu once per variant listed in xla_plugin/BUILD (inputs bf16 or f16;
@@ -45,7 +45,7 @@ template <ElementType kIn, ElementType kOut, Tile kTile, bool kRhsTransposed>
 cudaError_t RaggedM(const RaggedMProblem& p, const RaggedOperands& o, const GroupedLaunch& l);
 // Wgrad (ragged contracting dimension). Groups of at most left_rows (>= 0) rows, empty
 // ones included, are left untouched for the caller to write.
-template <ElementType kIn, ElementType kOut, Tile kTile>
+template <ElementType kIn, ElementType kOut>
 cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l,
                     int left_rows);
 

@@ -1,32 +1,64 @@
 // How the canonical ragged GEMMs become CUTLASS grouped problems: one problem
-// per (local group, batch entry), computed on the device from the schedule.
+// per (local group, batch entry), computed on the device from the group sizes in
+// the launch before the GEMM (which also writes the schedule and, for RaggedM,
+// zeroes the rows of no group).
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_RAGGED_PROBLEMS_SM90_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_RAGGED_PROBLEMS_SM90_CUH_
 
 #include <type_traits>
 
 #include "xla_plugin/common/workspace.h"
+#include "xla_plugin/kernels/cuda/ragged_schedule.cuh"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.cuh"
 
 namespace jgg::cuda::sm90 {
 
+// The problems of the ragged GEMMs, in the protocol of PrepareProblemsKernel
+// (grouped_gemm_sm90.cuh): problem g * batch + b is local group g of batch entry b.
+template <class Problem>
+struct RaggedProblems {
+  static constexpr int kPrepareThreads = kScheduleThreads;
+  Problem p;
+  RaggedOperands o;
+
+  __host__ __device__ int64_t batch() const { return p.batch; }
+  __host__ __device__ int64_t groups() const { return p.num_local_groups; }
+
+ protected:
+  // Row boundaries only (RaggedSchedule::tile_begin counts 1-row tiles): CUTLASS tiles
+  // each problem itself.
+  __device__ void WriteSchedule(int64_t b) const {
+    WriteBatchSchedule(o.group_sizes, o.group_offset, p.num_global_groups, p.num_local_groups,
+                       p.rows, /*tile_rows=*/1, o.workspace, b);
+  }
+  __device__ RaggedSchedule Schedule(int64_t b) const {
+    return ScheduleOfBatch(o.workspace, b, p.num_local_groups);
+  }
+};
+
 // RaggedM: problem (g, b) is lhs[b, rows of g] [m_g, K] . rhs[g, b] -> out[b, rows of g].
-// A row-major; B row-major [K, N] or, with rhs_transposed, column-major [N, K].
+// A row-major; B row-major [K, N] or, with rhs_transposed, column-major [N, K]. Rows of
+// no group are zeroed here, by all kZeroParts blocks of the batch entry.
 template <class T, class O>
-struct RaggedMProblems {
-  RaggedMProblem p;
-  const T* lhs;
-  const T* rhs;
-  O* out;
-  void* workspace;
+struct RaggedMProblems : RaggedProblems<RaggedMProblem> {
+  static constexpr int kZeroParts = 32;
+
+  int prepare_parts() const { return kZeroParts; }
+
+  __device__ void PrepareBatch(int64_t b, int64_t part, int64_t parts) const {
+    if (part == 0) this->WriteSchedule(b);
+    ZeroUncoveredRows(this->p, this->o, sizeof(O), b, part, parts);
+  }
 
   __device__ ProblemDescription operator()(int64_t index) const {
+    const RaggedMProblem& p = this->p;
     const int64_t g = index / p.batch, b = index % p.batch;
-    const RaggedSchedule s = ScheduleOfBatch(workspace, b, p.num_local_groups);
+    const RaggedSchedule s = this->Schedule(b);
     const int64_t begin = s.row_begin[g], rows = s.row_begin[g + 1] - begin;
     return {static_cast<int>(rows), static_cast<int>(p.n), static_cast<int>(p.k),
-            lhs + (b * p.rows + begin) * p.k, rhs + (g * p.batch + b) * p.k * p.n,
-            out + (b * p.rows + begin) * p.n};
+            static_cast<const T*>(this->o.lhs) + (b * p.rows + begin) * p.k,
+            static_cast<const T*>(this->o.rhs) + (g * p.batch + b) * p.k * p.n,
+            static_cast<O*>(this->o.out) + (b * p.rows + begin) * p.n};
   }
 };
 
@@ -36,33 +68,25 @@ struct RaggedMProblems {
 // caller: empty groups always are, since a GEMM with K = 0 has no defined
 // epilogue in CUTLASS.
 template <class T, class O>
-struct RaggedKProblems {
-  RaggedKProblem p;
-  const T* lhs;
-  const T* rhs;
-  O* out;
-  void* workspace;
+struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
   int left_rows;
 
+  int prepare_parts() const { return 1; }
+
+  __device__ void PrepareBatch(int64_t b, int64_t, int64_t) const { this->WriteSchedule(b); }
+
   __device__ ProblemDescription operator()(int64_t index) const {
+    const RaggedKProblem& p = this->p;
     const int64_t g = index / p.batch, b = index % p.batch;
-    const RaggedSchedule s = ScheduleOfBatch(workspace, b, p.num_local_groups);
+    const RaggedSchedule s = this->Schedule(b);
     const int64_t begin = s.row_begin[g], rows = s.row_begin[g + 1] - begin;
     const int m = rows <= left_rows ? 0 : static_cast<int>(p.p);
-    return {m, static_cast<int>(p.n), static_cast<int>(rows), lhs + (b * p.rows + begin) * p.p,
-            rhs + (b * p.rows + begin) * p.n, out + (g * p.batch + b) * p.p * p.n};
+    return {m, static_cast<int>(p.n), static_cast<int>(rows),
+            static_cast<const T*>(this->o.lhs) + (b * p.rows + begin) * p.p,
+            static_cast<const T*>(this->o.rhs) + (b * p.rows + begin) * p.n,
+            static_cast<O*>(this->o.out) + (g * p.batch + b) * p.p * p.n};
   }
 };
-
-template <class G, class Problem, class P, class... Extra>
-cudaError_t RunRagged(const P& p, const RaggedOperands& o, const GroupedLaunch& launch,
-                      Extra... extra) {
-  using T = typename G::A;
-  using O = typename G::D;
-  const Problem problems{p, static_cast<const T*>(o.lhs), static_cast<const T*>(o.rhs),
-                         static_cast<O*>(o.out), o.workspace, extra...};
-  return RunGrouped<G>(p.num_local_groups * p.batch, problems, launch);
-}
 
 template <ElementType> struct CutlassElement;
 template <> struct CutlassElement<ElementType::kBF16> { using type = cutlass::bfloat16_t; };
@@ -71,9 +95,6 @@ template <> struct CutlassElement<ElementType::kF32> { using type = float; };
 
 template <Tile> struct TileConfigOf;
 template <> struct TileConfigOf<Tile::kCoop128x256> { using type = Cooperative128x256; };
-template <> struct TileConfigOf<Tile::kCoop128x256Cluster2x1> {
-  using type = Cooperative128x256Cluster2x1;
-};
 template <> struct TileConfigOf<Tile::kPingpong64x128> { using type = Pingpong64x128; };
 
 // B is the weight: row-major [K, N] for the forward, column-major (the forward's weight read
@@ -84,16 +105,16 @@ cudaError_t RaggedM(const RaggedMProblem& p, const RaggedOperands& o, const Grou
                                      cutlass::layout::RowMajor>;
   using G = GroupedGemm<typename TileConfigOf<kTile>::type, typename CutlassElement<kIn>::type,
                         typename CutlassElement<kOut>::type, cutlass::layout::RowMajor, LayoutB>;
-  return RunRagged<G, RaggedMProblems<typename G::A, typename G::D>>(p, o, l);
+  return RunGrouped<G>(RaggedMProblems<typename G::A, typename G::D>{{p, o}}, l);
 }
 
-template <ElementType kIn, ElementType kOut, Tile kTile>
+template <ElementType kIn, ElementType kOut>
 cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const GroupedLaunch& l,
                     int left_rows) {
-  using G = GroupedGemm<typename TileConfigOf<kTile>::type, typename CutlassElement<kIn>::type,
+  using G = GroupedGemm<Cooperative128x256Cluster2x1, typename CutlassElement<kIn>::type,
                         typename CutlassElement<kOut>::type, cutlass::layout::ColumnMajor,
                         cutlass::layout::RowMajor>;
-  return RunRagged<G, RaggedKProblems<typename G::A, typename G::D>>(p, o, l, left_rows);
+  return RunGrouped<G>(RaggedKProblems<typename G::A, typename G::D>{{p, o}, left_rows}, l);
 }
 
 }  // namespace jgg::cuda::sm90
