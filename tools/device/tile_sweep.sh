@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# GPU machine: times our grouped GEMM under the tuning knobs (JGG_SM90_RASTER=n for
-# the tile order, JGG_SM90_WGRAD_TILE=c1x1 for wgrad without a cluster) against
-# torch._grouped_mm and dense cuBLAS of the same run, results checked against
-# jax.lax.ragged_dot. Writes each setting's bench output under OUT and prints its
-# Markdown rows.
+# GPU machine: times our grouped GEMM as built and under each tuning setting (now
+# JGG_SM90_RASTER=n, the tile order) against torch._grouped_mm and dense cuBLAS of the
+# same run, results checked against jax.lax.ragged_dot. Writes each setting's bench
+# output under OUT and prints its Markdown rows. Tile candidates are compile-time: the
+# 2026-11-24 sweep built them as extra bf16 variants picked by an environment variable
+# and ran one `bench` line per candidate (docs/PERFORMANCE.md).
 #   tools/device/tile_sweep.sh OUT [shapes]
 set -uo pipefail
 out="$1"
@@ -19,4 +20,3 @@ bench() {  # name, competitors, passes, env...
 }
 bench base ours,torch,dense fwd,dgrad,wgrad
 bench raster_n ours fwd,dgrad,wgrad JGG_SM90_RASTER=n
-bench wgrad_c1x1 ours wgrad JGG_SM90_WGRAD_TILE=c1x1
