@@ -110,6 +110,30 @@ def test_tensor_core_local_window_zeroes_the_other_rows_of_a_donated_buffer(rows
   np.testing.assert_array_equal(np.asarray(out, np.float32)[expected == 0], 0)
 
 
+_Dims = jax.lax.RaggedDotDimensionNumbers
+_BATCHED = {  # lhs [2, 600, 64]; batch entry b routes its rows with group_sizes[b]
+    "fwd": ((3, 2, 64, 64), _Dims((([2], [2]), ([0], [1])), [1], [0])),
+    "dgrad": ((3, 2, 64, 64), _Dims((([2], [3]), ([0], [1])), [1], [0])),
+    "wgrad": ((2, 600, 64), _Dims((([1], [1]), ([0], [0])), [1], [])),
+}
+
+
+@requires_gpu
+@pytest.mark.parametrize("name", _BATCHED)
+def test_tensor_cores_batched_with_group_sizes_per_batch_entry(name):
+  # One preparation block per batch entry: each must describe its own groups' rows.
+  rhs_shape, dims = _BATCHED[name]
+  sizes = np.array([[300, 0, 250], [100, 400, 50]], np.int32)  # sums 550 < 600 rows
+  rng = np.random.default_rng(len(name))
+  lhs = jnp.asarray(rng.standard_normal((2, 600, 64)), jnp.bfloat16)
+  rhs = jnp.asarray(rng.standard_normal(rhs_shape), jnp.bfloat16)
+  ours = jax.jit(jgg.ragged_dot_general, static_argnums=3)(lhs, rhs, jnp.asarray(sizes), dims)
+  f32 = lambda a: jnp.asarray(a, jnp.float32)
+  theirs = reference.on_cpu(jax.lax.ragged_dot_general, f32(lhs), f32(rhs), sizes, dims)
+  assert ours.shape == theirs.shape
+  assert reference.relative_error(ours, theirs) < 1e-2
+
+
 # (inputs, results) of each tensor-core instantiation (xla_plugin/BUILD SM90_TYPE_PAIRS).
 _TYPE_PAIRS = [(jnp.bfloat16, jnp.bfloat16), (jnp.float16, jnp.float16),
                (jnp.bfloat16, jnp.float32), (jnp.float16, jnp.float32)]
