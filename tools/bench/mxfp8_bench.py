@@ -76,6 +76,13 @@ def _bytes_moved(op: str, x, scale_bytes: int) -> int:
   return elements * x.dtype.itemsize + outputs * (elements + scale_bytes)
 
 
+def _call(op: str, x, sizes, reference):
+  """(fn, operands, bytes moved) of one op on x; reference is x quantized (dequantize's input)."""
+  extra = () if sizes is None else (sizes,)
+  operands = ((reference.data, reference.scale_inv) if op == "dequantize" else (x,)) + extra
+  return _function(op, sizes is not None), operands, _bytes_moved(op, x, reference.scale_inv.size)
+
+
 def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float) -> list[dict]:
   import jax
   import jax_grouped_gemm as jgg
@@ -96,18 +103,15 @@ def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float) -> list[di
         continue  # routing variants share the weights
       done_weights.add(shape.dims) if tensor == "weight" else None
       x, sizes = _operands(shape, tensor)
-      extra = () if sizes is None else (sizes,)
       reference = jgg.mxfp8.quantize(x, sizes)
-      scale_bytes = reference.scale_inv.size
       for op in OPS:
-        operands = ((reference.data, reference.scale_inv) if op == "dequantize" else (x,)) + extra
+        fn, operands, moved = _call(op, x, sizes, reference)
         try:
-          fields = timer(_function(op, sizes is not None), operands)
+          fields = timer(fn, operands)
         except Exception as e:  # a failed entry is a row, not the end of the run
           records.append(dict(shape=shape.name, tensor=tensor, op=op, error=wp.short_error(e)))
           print(f"{shape.name} {tensor} {op}: n/a ({wp.short_error(e, 160)})", flush=True)
           continue
-        moved = _bytes_moved(op, x, scale_bytes)
         gbs = moved / fields["seconds"] / 1e9
         same = same_bytes_copy.get(moved)
         if same is None:

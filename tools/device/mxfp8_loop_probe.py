@@ -70,11 +70,7 @@ def main():
   for shape_name, tensor, op in ROWS:
     shape = shapes_lib.by_name([shape_name])[0]
     x, sizes = mxfp8_bench._operands(shape, tensor)
-    extra = () if sizes is None else (sizes,)
-    reference = jgg.mxfp8.quantize(x, sizes)
-    operands = ((reference.data, reference.scale_inv) if op == "dequantize" else (x,)) + extra
-    fn = mxfp8_bench._function(op, sizes is not None)
-    moved = mxfp8_bench._bytes_moved(op, x, reference.scale_inv.size)
+    fn, operands, moved = mxfp8_bench._call(op, x, sizes, jgg.mxfp8.quantize(x, sizes))
     loop = timer(fn, operands)
     unrolled = unrolled_seconds(fn, operands)
     copy = jax_competitors._time_copy(timer, moved // 2)

@@ -70,12 +70,8 @@ def main():
   for shape_name, tensor, op in ROWS:
     shape = shapes_lib.by_name([shape_name])[0]
     x, sizes = mxfp8_bench._operands(shape, tensor)
-    extra = () if sizes is None else (sizes,)
-    reference = jgg.mxfp8.quantize(x, sizes)
-    operands = ((reference.data, reference.scale_inv) if op == "dequantize" else (x,)) + extra
-    timeline(mxfp8_bench._function(op, sizes is not None), operands,
-             f"{shape_name} {tensor} {op}")
-    moved = mxfp8_bench._bytes_moved(op, x, reference.scale_inv.size)
+    fn, operands, moved = mxfp8_bench._call(op, x, sizes, jgg.mxfp8.quantize(x, sizes))
+    timeline(fn, operands, f"{shape_name} {tensor} {op}")
     source = jnp.arange(moved // 8, dtype=jnp.uint32)
     timeline(jax_competitors._stream_add, (source, jnp.ones((1,), jnp.uint32)),
              "    copy of the same bytes")
