@@ -45,9 +45,9 @@ struct TileConfig {
 // tiles between CTAs through TMA multicast, but CUTLASS's group scheduler also rounds
 // every group's tile counts up to the cluster shape, and the padding tiles run their
 // whole mainloop: a 2x1 cluster pads each group's row tiles to an even count. So ragged
-// rows (forward, dgrad) run without a cluster: 3-14% faster than 2x1 and 1-20% faster
-// than 1x2 on the anchor shapes (docs/PERFORMANCE.md, 2026-11-24 third session). Wgrad's
-// tile counts are not ragged (its rows are the fixed hidden size).
+// rows (forward, dgrad) run without a cluster: fastest on 11 of 12 anchor rows, 1-10%
+// above 2x1 (docs/PERFORMANCE.md, 2026-11-24 third session). Wgrad's tile counts are not
+// ragged (its rows are the fixed hidden size), so it keeps 2x1's multicast.
 using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                                       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
