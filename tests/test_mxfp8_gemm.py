@@ -114,6 +114,21 @@ def test_one_mxfp8_operand_and_one_plain(gemm, which):
     check_product(out, gemm, plain64, rhs64, sizes)
 
 
+@pytest.mark.parametrize("gemm", list(GEMMS))
+def test_top_level_ragged_dot_takes_mxfp8_operands(gemm):
+  """jgg.ragged_dot_general (and jgg.ragged_dot for the forward) route MXFP8Tensor
+  operands to the MXFP8 GEMM: the drop-in API needs no second entry point."""
+  sizes = LAYOUTS["uneven_with_empty"]
+  qx, qw, qdy, group_sizes = _operands(41, sizes)
+  lhs, rhs, lhs64, rhs64 = _gemm_operands(gemm, qx, qw, qdy)
+  out = jgg.ragged_dot_general(lhs, rhs, group_sizes, GEMMS[gemm],
+                               preferred_element_type=jnp.float32)
+  check_product(out, gemm, lhs64, rhs64, sizes)
+  if gemm == "fwd":
+    jitted = jax.jit(lambda a, b, s: jgg.ragged_dot(a, b, s, preferred_element_type=jnp.float32))
+    np.testing.assert_array_equal(np.asarray(jitted(lhs, rhs, group_sizes)), np.asarray(out))
+
+
 def test_forward_accepts_x_quantized_without_groups():
   """Rowwise blocks run along K, within a row: they never depend on the groups."""
   sizes = LAYOUTS["uneven_with_empty"]
