@@ -879,21 +879,32 @@ __device__ inline uint32_t FactorWord(uint32_t e0, uint32_t e1) {
   }
 }
 
-// The factor words of kCodes columns with scales e[], and whether every scale allows the
-// exact integer path.
+// The column side of a dequantize tile: the colwise scale bytes of its kCodes columns (one
+// block row; 0 where there is no column, and for rowwise tiles), their ExactScaling factor
+// words, and whether every one of them allows the exact integer path. Set(), then Finish().
 template <typename Out, Fp8Format kFormat, int kCodes>
-__device__ inline bool ColumnFactors(const uint8_t (&e)[kCodes],
-                                     uint32_t (&factors)[kCodes * sizeof(Out) / 4]) {
-  constexpr int kPerWord = 4 / sizeof(Out);
-  bool exact = true;
-#pragma unroll
-  for (int k = 0; k < kCodes; ++k) exact = exact && ExactScaling<Out, kFormat>::InRange(e[k]);
-#pragma unroll
-  for (int w = 0; w < kCodes / kPerWord; ++w) {
-    factors[w] = FactorWord<Out, kFormat>(e[w * kPerWord], e[w * kPerWord + kPerWord - 1]);
+struct ColumnScales {
+  static constexpr int kWords = kCodes * sizeof(Out) / 4;  // of one row's output
+  uint32_t e_words[kCodes / 4] = {};  // column k's scale byte in byte k % 4 of word k / 4
+  uint32_t factor[kWords];
+  bool exact;
+
+  __device__ uint32_t E(int k) const { return (e_words[k / 4] >> (8 * (k % 4))) & 0xFFu; }
+  __device__ void Set(int k, uint8_t e) {
+    e_words[k / 4] |= static_cast<uint32_t>(e) << (8 * (k % 4));
   }
-  return exact;
-}
+
+  __device__ void Finish() {
+    constexpr int kPerWord = 4 / sizeof(Out);
+    exact = true;
+#pragma unroll
+    for (int k = 0; k < kCodes; ++k) exact = exact && ExactScaling<Out, kFormat>::InRange(E(k));
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      factor[w] = FactorWord<Out, kFormat>(E(w * kPerWord), E(w * kPerWord + kPerWord - 1));
+    }
+  }
+};
 
 // One row's kCodes fp8 codes (first lowest in codes[0]) as packed Out words. Exactly through
 // ExactScaling when the whole row is data, its scales allow it (`scales_exact`, `factors`)
@@ -927,6 +938,26 @@ __device__ inline void DequantizeRow(const uint32_t (&codes)[kCodes / 4], bool s
   }
 }
 
+// Row i of a dequantize tile, scaled by the tile's column scales (colwise) or by its own
+// rowwise scale byte e_row; elements at or past `valid` are 0 (see DequantizeRow).
+template <typename Out, Fp8Format kFormat, int kCodes>
+__device__ inline void DequantizeTileRow(const uint32_t (&codes)[kCodes / 4], bool colwise,
+                                         const ColumnScales<Out, kFormat, kCodes>& cols,
+                                         uint32_t e_row, int64_t valid,
+                                         uint32_t (&words)[kCodes * sizeof(Out) / 4]) {
+  constexpr int kWords = kCodes * sizeof(Out) / 4;
+  const float s_row = __uint_as_float(mxfp8::ScaleBits(static_cast<uint8_t>(e_row)));
+  uint32_t factors[kWords];
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) {
+    factors[w] = colwise ? cols.factor[w] : FactorWord<Out, kFormat>(e_row, e_row);
+  }
+  DequantizeRow<Out, kFormat, kCodes>(
+      codes, colwise ? cols.exact : ExactScaling<Out, kFormat>::InRange(e_row), factors, valid,
+      [&](int k) { return colwise ? __uint_as_float(mxfp8::ScaleBits(static_cast<uint8_t>(cols.E(k)))) : s_row; },
+      words);
+}
+
 // Each thread converts kDequantVec fp8 bytes of all 32 rows; the loads of the tile (data and
 // rowwise scales) are all issued before the first conversion.
 template <typename Out, Fp8Format kFormat, bool kFull>
@@ -947,26 +978,17 @@ __device__ void DequantizeStrips(const mxfp8::DequantizeOperands& o, bool colwis
   const uint8_t* __restrict__ data = o.data + t.base;
   Out* __restrict__ out = static_cast<Out*>(o.out) + t.base;
 
-  using Exact = ExactScaling<Out, kFormat>;
-  float col_scale[kVec];  // the colwise scales of this thread's columns (one block row)
-  uint8_t col_e[kVec];
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) {
-    col_scale[k] = 1.0f;
-    col_e[k] = 0;
-  }
+  ColumnScales<Out, kFormat, kVec> cols;
   if (colwise && data_rows > 0) {
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      col_e[k] = k < data_cols ? __ldg(o.scales + r.scale_offset +
-                                       mxfp8::ScaleIndex(m, true, swizzled, job.row_tile,
-                                                         t.col0 + k))
-                               : 0;
-      col_scale[k] = __uint_as_float(mxfp8::ScaleBits(col_e[k]));
+      if (k < data_cols) {
+        cols.Set(k, __ldg(o.scales + r.scale_offset +
+                          mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)));
+      }
     }
   }
-  uint32_t col_factor[kWords];
-  const bool cols_exact = ColumnFactors<Out, kFormat, kVec>(col_e, col_factor);
+  cols.Finish();
   // Rowwise scale (row0 + i, block): rows padded_cols bytes apart compact, 16 swizzled.
   const uint8_t* __restrict__ row_scale_p =
       o.scales + r.scale_offset +
@@ -997,19 +1019,11 @@ __device__ void DequantizeStrips(const mxfp8::DequantizeOperands& o, bool colwis
 #pragma unroll
   for (int i = 0; i < kTileRows; ++i) {
     if (i >= cap_rows) continue;
-    const bool real_row = i < data_rows;
     const uint32_t e_row = (row_scales[i / 4] >> (8 * (i % 4))) & 0xFFu;
-    const float s_row = __uint_as_float(mxfp8::ScaleBits(static_cast<uint8_t>(e_row)));
-    uint32_t words[kWords];
     const uint32_t codes[1] = {q[i]};
-    uint32_t factors[kWords];
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) {
-      factors[w] = colwise ? col_factor[w] : FactorWord<Out, kFormat>(e_row, e_row);
-    }
-    DequantizeRow<Out, kFormat, kVec>(
-        codes, colwise ? cols_exact : Exact::InRange(e_row), factors, real_row ? data_cols : 0,
-        [&](int k) { return colwise ? col_scale[k] : s_row; }, words);
+    uint32_t words[kWords];
+    DequantizeTileRow<Out, kFormat, kVec>(codes, colwise, cols, e_row,
+                                          i < data_rows ? data_cols : 0, words);
     Out* row_out = out + i * stride;
     if (cap_cols >= kVec && vector) {
       if constexpr (kWords == 4) {

@@ -316,26 +316,22 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
     row_scale[i] = !colwise && i < t.data_rows ? __ldg(row_scale_p + i * row_scale_step) : 0;
   }
   // Colwise: the chunk's 16 column scales of the tile's block row.
-  uint8_t col_e[kVec] = {};
+  ColumnScales<Out, kFormat, kVec> cols;
   if (colwise && t.data_rows > 0) {
     if (!swizzled && t.data_cols >= kVec) {
-      uint32_t packed[4];
       Words(__ldg(reinterpret_cast<const uint4*>(
                 scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0))),
-            packed);
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) col_e[k] = static_cast<uint8_t>(packed[k / 4] >> (8 * (k % 4)));
+            cols.e_words);
     } else {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         if (k < t.data_cols) {
-          col_e[k] = __ldg(scales + mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k));
+          cols.Set(k, __ldg(scales + mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)));
         }
       }
     }
   }
-  uint32_t col_factor[kOutWords];
-  const bool cols_exact = ColumnFactors<Out, kFormat, kVec>(col_e, col_factor);
+  cols.Finish();
 
   Out* __restrict__ out = static_cast<Out*>(o.out) + t.base;
 #pragma unroll
@@ -343,21 +339,9 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
     if (i >= t.cap_rows) continue;
     uint32_t codes[4];
     Words(stage[i * kWideThreads + threadIdx.x], codes);
-    const uint32_t e_row = row_scale[i];
-    const float s_row = __uint_as_float(mxfp8::ScaleBits(e_row));
-    uint32_t factors[kOutWords];
-#pragma unroll
-    for (int w = 0; w < kOutWords; ++w) {
-      factors[w] = colwise ? col_factor[w] : FactorWord<Out, kFormat>(e_row, e_row);
-    }
     uint32_t words[kOutWords];
-    DequantizeRow<Out, kFormat, kVec>(
-        codes, colwise ? cols_exact : ExactScaling<Out, kFormat>::InRange(e_row), factors,
-        i < t.data_rows ? t.data_cols : 0,
-        [&](int k) {
-          return colwise ? __uint_as_float(mxfp8::ScaleBits(col_e[k])) : s_row;
-        },
-        words);
+    DequantizeTileRow<Out, kFormat, kVec>(codes, colwise, cols, row_scale[i],
+                                          i < t.data_rows ? t.data_cols : 0, words);
     StoreWords<kOutWords>(out + i * t.stride, words);
   }
 }
