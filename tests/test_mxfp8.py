@@ -76,7 +76,8 @@ def _check_orientation(q, x, fp8_dtype, colwise, swizzled=False):
   assert bad.size == 0, (f"{bad.shape[0]} data bytes differ, first at {bad[0]}: x="
                          f"{np.asarray(x, np.float32)[tuple(bad[0])]} got {got[tuple(bad[0])]:#x} "
                          f"want {want_data[tuple(bad[0])]:#x}")
-  np.testing.assert_array_equal(np.asarray(scales), ref.scale_region(want_scales, colwise, swizzled))
+  np.testing.assert_array_equal(np.asarray(scales).reshape(-1),
+                                ref.scale_region(want_scales, colwise, swizzled))
   return want_data, want_scales
 
 
@@ -140,7 +141,7 @@ def test_scale_rule_edge_cases():
   # NaN elements are ignored by amax and become 0x7F; Inf saturates to +-448 (0x7E / 0xFE).
   y = np.array([[np.nan, -np.nan, np.inf, -np.inf, 1.0] + [0.0] * 27], np.float32)
   qy = mxfp8.quantize(y)
-  assert int(np.asarray(qy.scale_inv)[0]) == 0xFE
+  assert int(np.asarray(qy.scale_inv)[0, 0]) == 0xFE
   np.testing.assert_array_equal(np.asarray(qy.data).view(np.uint8)[0, :5], [0x7F, 0x7F, 0x7E, 0xFE, 0])
 
 
@@ -212,8 +213,16 @@ def test_scale_buffer_sizes_are_the_padded_tiles():
     want = (-(-rows // 128) * 128) * (-(-(-(-cols // 32)) // 4) * 4)
     assert _native.mxfp8_scale_bytes(0, 1, rows, cols) == want
     q = mxfp8.quantize(np.ones((rows, cols), np.float32), colwise=True)
-    assert q.scale_inv.shape == q.colwise_scale_inv.shape == (want,)
+    row_tiles, col_tiles = -(-rows // 128), -(-cols // 128)
+    # The leaves keep the data's axes: the padded scale matrices (tensor.py).
+    assert q.scale_inv.shape == (128 * row_tiles, 4 * col_tiles)
+    assert q.colwise_scale_inv.shape == (4 * row_tiles, 128 * col_tiles)
+    assert q.scale_inv.size == q.colwise_scale_inv.size == want
     assert q.scale_inv.dtype == jnp.uint8
+    swizzled = mxfp8.quantize(np.ones((rows, cols), np.float32), colwise=True,
+                              scale_layout="swizzled")
+    assert swizzled.scale_inv.shape == (row_tiles, col_tiles * 512)
+    assert swizzled.colwise_scale_inv.shape == (col_tiles, row_tiles * 512)
 
 
 def test_v1_targets_stay_registered_and_agree_with_v2():

@@ -1,9 +1,10 @@
 """MXFP8 quantize / dequantize under jit with named shardings, Shardy and GSPMD.
 
-A stack (same_dims, varying_both) sharded along whole groups runs shard by
-shard with no communication and gives the unsharded result bit for bit (data
-and the global scale buffer); any other sharding is gathered first and is
-still bit-exact. The group-batched calls also export, sharded.
+A stack (same_dims, varying_both) sharded along whole groups, and a matrix or
+same_dims stack sharded along rows or columns in multiples of 128 (its 128x128
+tiles), runs shard by shard with no communication and gives the unsharded
+result bit for bit (data and scale leaves); any other sharding is gathered
+first and is still bit-exact. The batched calls also export, sharded.
 """
 
 import functools
@@ -70,24 +71,61 @@ def test_stack_split_along_groups_needs_no_communication(layout, scale_layout, p
   q = fn(xs, ss)
   _assert_bit_equal(q, expected)
   assert q.data.sharding.is_equivalent_to(NamedSharding(mesh, P("model")), 3), q.data.sharding
-  assert q.scale_inv.sharding.is_equivalent_to(NamedSharding(mesh, P("model")), 1)
+  assert q.scale_inv.sharding.is_equivalent_to(NamedSharding(mesh, P("model")), 3)
   hlo = fn.lower(xs, ss).compile().as_text()
   assert not collectives(hlo), hlo
   (target, result, operands), = custom_calls(hlo)
-  assert target == QUANTIZE and operands[0] == f"bf16[{G // 4},{R},{C}]", (target, operands)
+  # The tile view of the local groups: R and C are not multiples of 128, one tile each.
+  assert target == QUANTIZE and operands[0] == f"bf16[{G // 4},1,1,{R},{C}]", (target, operands)
 
   back = jax.jit(lambda q: mxfp8.dequantize(q, jnp.float32))
   np.testing.assert_array_equal(back(q), mxfp8.dequantize(expected, jnp.float32))
   hlo = back.lower(q).compile().as_text()
   assert not collectives(hlo), hlo
   (target, result, _), = custom_calls(hlo)
-  assert target == DEQUANTIZE and result == f"f32[{G // 4},{R},{C}]"
+  assert target == DEQUANTIZE and result == f"f32[{G // 4},1,1,{R},{C}]"
+
+
+@pytest.mark.parametrize("scale_layout", ["compact", "swizzled"])
+@pytest.mark.parametrize("case", ["stack_rows", "stack_cols", "stack_groups_and_cols",
+                                  "matrix_rows_and_cols"])
+def test_tiles_split_along_rows_and_columns_need_no_communication(case, scale_layout,
+                                                                  partitioner):
+  """Dims in multiples of 128 split into 128x128 tiles that quantize alone (tile_view.py): a
+  stack or matrix sharded along rows or columns (tensor parallelism) runs shard by shard,
+  bit for bit as unsharded, and its scale leaves stay split along the same axes."""
+  mesh = cpu_mesh()
+  shape, spec, local = {
+      "stack_rows": ((2, 512, 256), P(None, "model"), "bf16[2,1,2,128,128]"),
+      "stack_cols": ((2, 256, 512), P(None, None, "model"), "bf16[2,2,1,128,128]"),
+      "stack_groups_and_cols": ((2, 256, 512), P("data", None, "model"), "bf16[1,2,1,128,128]"),
+      "matrix_rows_and_cols": ((256, 1024), P("data", "model"), "bf16[1,1,2,128,128]"),
+  }[case]
+  rng = np.random.default_rng(3)
+  x = (rng.standard_normal(shape) * np.exp2(rng.integers(-20, 20, shape))).astype(jnp.bfloat16)
+  expected = _quantize(x, None, scale_layout)
+  xs = _put(mesh, x, spec)
+  fn = jax.jit(functools.partial(_quantize, sizes=None, scale_layout=scale_layout))
+  q = fn(xs)
+  _assert_bit_equal(q, expected)
+  assert q.data.sharding.is_equivalent_to(NamedSharding(mesh, spec), len(shape)), q.data.sharding
+  shards = 4 if case in ("stack_rows", "stack_cols") else 8  # the mesh is data 2 x model 4
+  for leaf in (q.scale_inv, q.colwise_scale_inv):  # each shard holds its tiles' scales only
+    assert leaf.addressable_shards[0].data.size == leaf.size // shards, leaf.sharding
+  hlo = fn.lower(xs).compile().as_text()
+  assert not collectives(hlo), hlo
+  (target, _, operands), = custom_calls(hlo)
+  assert target == QUANTIZE and operands[0] == local, (target, operands)
+
+  back = jax.jit(lambda q: mxfp8.dequantize(q, jnp.float32, colwise=True))
+  np.testing.assert_array_equal(back(q), mxfp8.dequantize(expected, jnp.float32, colwise=True))
+  assert not collectives(back.lower(q).compile().as_text())
 
 
 @pytest.mark.parametrize("spec", [P(None, "model"), P(None, None, "model"), P("data", "model")],
                          ids=["rows", "cols", "groups_and_rows"])
 def test_stack_split_otherwise_is_gathered_and_exact(spec, partitioner):
-  """Scales do not split along rows or columns: those dimensions are gathered first."""
+  """Rows or columns that are not multiples of 128 are one tile: gathered first, still exact."""
   mesh = cpu_mesh()
   x, _ = _stack("same_dims")
   xs = _put(mesh, x, spec)
@@ -115,7 +153,7 @@ def test_explicit_axes_stack_keeps_its_group_split():
     q = jax.jit(functools.partial(_quantize, sizes=None, scale_layout="compact"))(
         _put(mesh, x, P("model")))
     assert tuple(jax.typeof(q.data).sharding.spec)[:1] == ("model",)
-    assert tuple(jax.typeof(q.scale_inv).sharding.spec) == ("model",)
+    assert tuple(jax.typeof(q.scale_inv).sharding.spec)[:1] == ("model",)
   _assert_bit_equal(q, _quantize(x, None, "compact"))
 
 
@@ -132,6 +170,15 @@ def test_group_batched_quantize_exports_sharded():
   assert "CustomSPMDPartitioning" not in text and QUANTIZE in text
   restored = jax.export.deserialize(exported.serialize())
   _assert_bit_equal(restored.call(xs), _quantize(x, None, "swizzled"))
+  # A matrix split along its columns (tiles as batch axes) exports the same way.
+  w = jnp.asarray(np.random.default_rng(4).standard_normal((256, 512)), jnp.bfloat16)
+  ws = _put(mesh, w, P(None, "model"))
+  exported = jax.export.export(
+      fn, platforms=("cpu",),
+      disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(QUANTIZE)])(ws)
+  restored = jax.export.deserialize(exported.serialize())
+  _assert_bit_equal(restored.call(ws), _quantize(w, None, "swizzled"))
+  assert not collectives(jax.jit(restored.call).lower(ws).compile().as_text())
 
 
 def test_sharding_rule_shares_only_the_groups():

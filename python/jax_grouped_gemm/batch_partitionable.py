@@ -1,14 +1,16 @@
-"""FFI calls over a stack of independent groups: XLA partitions them along the groups.
+"""FFI calls over independent pieces: XLA partitions them along the leading batch axes.
 
-A call whose every operand and result leads with the group axis G, and whose
-groups do not interact, needs no communication when the stack is sharded along
-whole groups: each shard runs the same handler on its G / shards groups. XLA's
-batch partitioner does that for targets registered as batch-partitionable, from
-two attributes on the custom call: `num_batch_dims` (here 1) and a Shardy rule
-that shares the group factor across all operands and results and marks every
-other dimension as needing replication (a shard of rows or columns is gathered
-first: the scale layouts do not split along them). No Python callback is kept,
-so such calls `jax.export` sharded too (custom_partitioning calls cannot).
+A call whose every operand and result leads with the same batch axes (the
+groups G of a stack, and for the MXFP8 tile views also its row and column
+tiles), and whose pieces do not interact, needs no communication when sharded
+along those axes: each shard runs the same handler on its pieces. XLA's batch
+partitioner does that for targets registered as batch-partitionable, from two
+attributes on the custom call: `num_batch_dims` and a Shardy rule that shares
+one factor per batch axis across all operands and results and marks every other
+dimension as needing replication. Operands and results may carry layouts (a
+view whose bytes are those of the original array, see mxfp8/tile_view.py); the
+partitioner keeps them on the shards. No Python callback is kept, so such calls
+`jax.export` sharded too (custom_partitioning calls cannot).
 
 The batch-partitionable targets are the MXFP8 handlers under a second name
 (`batched_target`), so only the stack layouts' calls carry the rule.
@@ -46,23 +48,25 @@ def register(targets: Sequence[str]) -> None:
     jax.ffi.register_ffi_target_as_batch_partitionable(batched_target(target))
 
 
-def sharding_rule(operand_shapes, result_shapes) -> str:
-  """Shardy's rule: one factor for every leading dimension (the groups), a factor of its own
+def sharding_rule(operand_shapes, result_shapes, num_batch_dims: int = 1) -> str:
+  """Shardy's rule: one shared factor per leading batch dimension, a factor of its own
   (needing replication) for every other one."""
-  # Shardy's factor names: i..z, then z_1, z_2, ... ("i" is the groups').
-  names = itertools.chain("jklmnopqrstuvwxyz", (f"z_{n}" for n in itertools.count(1)))
+  # Shardy's factor names: i..z, then z_1, z_2, ...; the batch axes take the first ones.
+  names = itertools.chain("ijklmnopqrstuvwxyz", (f"z_{n}" for n in itertools.count(1)))
+  batch = [next(names) for _ in range(num_batch_dims)]
   private = []
 
   def factors(shape):
-    own = [next(names) for _ in shape[1:]]
+    own = [next(names) for _ in shape[num_batch_dims:]]
     private.extend(own)
-    return "[" + ", ".join(["i"] + own) + "]"
+    return "[" + ", ".join(batch + own) + "]"
 
   operands = ", ".join(factors(s) for s in operand_shapes)
   results = ", ".join(factors(s) for s in result_shapes)
-  sizes = dict(zip(private, (n for s in list(operand_shapes) + list(result_shapes)
-                             for n in s[1:])))
-  sizes = ", ".join(f"{f}={n}" for f, n in [("i", operand_shapes[0][0])] + list(sizes.items()))
+  sizes = list(zip(batch, operand_shapes[0][:num_batch_dims]))
+  sizes += list(zip(private, (n for s in list(operand_shapes) + list(result_shapes)
+                              for n in s[num_batch_dims:])))
+  sizes = ", ".join(f"{f}={n}" for f, n in sizes)
   replicated = f" need_replication={{{', '.join(private)}}}" if private else ""
   return f"#sdy.op_sharding_rule<({operands})->({results}) {{{sizes}}}{replicated}, custom>"
 
@@ -71,46 +75,66 @@ _call_p = jex_core.Primitive("jgg_group_batched_call")
 _call_p.multiple_results = True
 
 
-def call(target: str, results: Sequence[jax.ShapeDtypeStruct], *operands, **attributes):
-  """jax.ffi.ffi_call of `target` over a group-leading stack, batch-partitionable.
+def call(target: str, results: Sequence[jax.ShapeDtypeStruct], *operands, num_batch_dims: int = 1,
+         layouts: Sequence[Sequence[int] | None] | None = None, **attributes):
+  """jax.ffi.ffi_call of `target` over operands and results that lead with the same
+  `num_batch_dims` batch axes, batch-partitionable.
 
-  Every operand and result must lead with the same group count (an empty
-  result is [G, 0]); attributes as jax.ffi.ffi_call takes them.
+  layouts: a major-to-minor dimension order per operand then per result (None:
+  row-major), as jax.ffi.ffi_call's input_layouts / output_layouts take them.
+  An empty result is [*batch, 0]; attributes as jax.ffi.ffi_call takes them.
   """
-  groups = {x.shape[0] for x in operands} | {r.shape[0] for r in results}
-  if len(groups) != 1 or any(x.ndim == 0 for x in operands):
-    raise ValueError(f"{target}: every operand and result must lead with the group axis, got "
-                     f"{[x.shape for x in operands]} -> {[r.shape for r in results]}")
+  batch = {tuple(x.shape[:num_batch_dims]) for x in operands}
+  batch |= {tuple(r.shape[:num_batch_dims]) for r in results}
+  if len(batch) != 1 or any(x.ndim < num_batch_dims for x in operands):
+    raise ValueError(f"{target}: every operand and result must lead with the same "
+                     f"{num_batch_dims} batch axes, got {[x.shape for x in operands]} -> "
+                     f"{[r.shape for r in results]}")
+  layouts = tuple(None if l is None else tuple(l) for l in
+                  (layouts or [None] * (len(operands) + len(results))))
   return _call_p.bind(*operands, target=target,
                       results=tuple((tuple(r.shape), jnp.dtype(r.dtype)) for r in results),
+                      num_batch_dims=num_batch_dims, layouts=layouts,
                       attributes=tuple(sorted(attributes.items())))
 
 
-def _abstract_eval(*operands, target, results, attributes):
-  del target, attributes
-  # On meshes of Explicit axes the results are split along the groups as the first
+def _abstract_eval(*operands, target, results, num_batch_dims, layouts, attributes):
+  del target, layouts, attributes
+  # On meshes of Explicit axes the results are split along the batch axes as the first
   # operand is (the rule gathers every other dimension).
   like = operands[0].sharding
   if like.mesh.empty or not like.mesh.explicit_axes:
     return [jax.core.ShapedArray(shape, dtype) for shape, dtype in results]
-  groups_spec = like.spec[0] if len(like.spec) else None
+  batch_spec = tuple(like.spec)[:num_batch_dims]
+  batch_spec += (None,) * (num_batch_dims - len(batch_spec))
   return [jax.core.ShapedArray(shape, dtype, sharding=NamedSharding(
-      like.mesh, P(groups_spec, *[None] * (len(shape) - 1)))) for shape, dtype in results]
+      like.mesh, P(*batch_spec, *[None] * (len(shape) - num_batch_dims))))
+          for shape, dtype in results]
 
 
-def _lowering(ctx, *operands, target, results, attributes):
-  extra = {"mhlo.frontend_attributes": ir.DictAttr.get({"num_batch_dims": ir.StringAttr.get("1")})}
+def _minor_to_major(order):
+  """The lowering's layout: ffi_lowering takes minor-to-major tuples (None: row-major)."""
+  return None if order is None else tuple(reversed(order))
+
+
+def _lowering(ctx, *operands, target, results, num_batch_dims, layouts, attributes):
+  extra = {"mhlo.frontend_attributes": ir.DictAttr.get(
+      {"num_batch_dims": ir.StringAttr.get(str(num_batch_dims))})}
   if jax.config.jax_use_shardy_partitioner:
-    rule = sharding_rule([a.shape for a in ctx.avals_in], [shape for shape, _ in results])
+    rule = sharding_rule([a.shape for a in ctx.avals_in], [shape for shape, _ in results],
+                         num_batch_dims)
     extra["sdy.sharding_rule"] = ir.Attribute.parse(rule)
-  return jax.ffi.ffi_lowering(batched_target(target), extra_attributes=extra)(
+  lowered = [_minor_to_major(order) for order in layouts]
+  n = len(ctx.avals_in)
+  return jax.ffi.ffi_lowering(batched_target(target), extra_attributes=extra,
+                              operand_layouts=lowered[:n], result_layouts=lowered[n:])(
       ctx, *operands, **dict(attributes))
 
 
 def _batch_sequentially(args, dims, **params):
   """Under vmap: one call per element (the groups axis is the call's own)."""
-  size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
-  args = [jnp.moveaxis(a, d, 0) if d is not batching.not_mapped else
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+  args = [jnp.moveaxis(a, d, 0) if d is not None else
           jnp.broadcast_to(a, (size,) + a.shape) for a, d in zip(args, dims)]
   outs = jax.lax.map(lambda xs: _call_p.bind(*xs, **params), tuple(args))
   return outs, [0] * len(outs)

@@ -108,7 +108,8 @@ class MXFP8Operand:
 
   @property
   def scale_inv(self):
-    return self.tensor.orientation(self.colwise)[1]
+    """The scale bytes as the kernels read them: one flat buffer (tensor.py)."""
+    return self.tensor.orientation(self.colwise)[1].reshape(-1)
 
 
 @dataclasses.dataclass(frozen=True)

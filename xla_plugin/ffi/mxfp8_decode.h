@@ -24,7 +24,11 @@ inline ffi::ErrorOr<mxfp8::Fp8Format> DecodeFp8Format(ffi::DataType t, const cha
   }
 }
 
-// The static shape of a call from x (or the data) and group_sizes, per layout.
+// The static shape of a call from x (or the data) and group_sizes, per layout. A stack may
+// come as its tile view [G, Rt, Ct, r, c] (python/jax_grouped_gemm/mxfp8/tile_view.py): the
+// bytes of a row-major [G, Rt * r, Ct * c] stack, every buffer leading with (G, Rt, Ct) so that
+// XLA can split the call along groups and tiles; a varying_both slot is one tile
+// (group_sizes [G, 1, 1, 2]).
 inline ffi::ErrorOr<mxfp8::GroupedShape> DecodeGroupedShape(ffi::AnyBuffer x,
                                                             ffi::Buffer<ffi::S32> group_sizes,
                                                             int32_t layout, const char* x_name) {
@@ -35,20 +39,30 @@ inline ffi::ErrorOr<mxfp8::GroupedShape> DecodeGroupedShape(ffi::AnyBuffer x,
   const auto kind = static_cast<GroupedLayout>(layout);
   const auto d = x.dimensions();
   const auto gs = group_sizes.dimensions();
+  const bool tiled = HasRank(d, 5);
+  const auto stack = [&]() -> mxfp8::GroupedShape {
+    return tiled ? mxfp8::GroupedShape{kind, d[0], d[1] * d[3], d[2] * d[4]}
+                 : mxfp8::GroupedShape{kind, d[0], d[1], d[2]};
+  };
   switch (kind) {
     case GroupedLayout::kSameDims:
-      if (!HasRank(d, 3)) return ffi::Error::InvalidArgument(ShapeMismatch(x_name, "[G, R, C]"));
-      return mxfp8::GroupedShape{kind, d[0], d[1], d[2]};
+      if (!HasRank(d, 3) && !tiled)
+        return ffi::Error::InvalidArgument(ShapeMismatch(x_name, "[G, R, C] or [G, Rt, Ct, r, c]"));
+      return stack();
     case GroupedLayout::kVaryingFirst:
     case GroupedLayout::kVaryingLast:
       if (!HasRank(d, 2)) return ffi::Error::InvalidArgument(ShapeMismatch(x_name, "[R, C]"));
       if (!HasRank(gs, 1)) return ffi::Error::InvalidArgument(ShapeMismatch("group_sizes", "[G]"));
       return mxfp8::GroupedShape{kind, gs[0], d[0], d[1]};
-    case GroupedLayout::kVaryingBoth:
-      if (!HasRank(d, 3)) return ffi::Error::InvalidArgument(ShapeMismatch(x_name, "[G, R, C]"));
-      if (!HasRank(gs, 2) || gs[0] != d[0] || gs[1] != 2)
-        return ffi::Error::InvalidArgument(ShapeMismatch("group_sizes", "[G, 2]"));
-      return mxfp8::GroupedShape{kind, d[0], d[1], d[2]};
+    case GroupedLayout::kVaryingBoth: {
+      const bool slots = HasRank(d, 3) && HasRank(gs, 2) && gs[0] == d[0] && gs[1] == 2;
+      const bool tile_slots = tiled && d[1] == 1 && d[2] == 1 && HasRank(gs, 4) &&
+                              gs[0] == d[0] && gs[1] == 1 && gs[2] == 1 && gs[3] == 2;
+      if (!slots && !tile_slots)
+        return ffi::Error::InvalidArgument(ShapeMismatch(
+            "x, group_sizes", "[G, R, C] and [G, 2], or [G, 1, 1, R, C] and [G, 1, 1, 2]"));
+      return stack();
+    }
   }
   return ffi::Error::InvalidArgument("layout: unknown");
 }

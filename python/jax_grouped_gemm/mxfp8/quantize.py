@@ -5,12 +5,13 @@ quantized value flows through jax.grad as a constant (gradients through
 quantize are zero, as for any rounding), and the ops batch under vmap by a
 sequential loop.
 
-Sharding: the stack layouts (same_dims, varying_both) run as group-batched
-calls (batch_partitionable.py), so a stack sharded along whole groups (expert
-weights under expert parallelism) quantizes and dequantizes with no
-communication, exportably; its scale buffer stays the global one, split into
-the groups' equal slots. A stack split along rows or columns, and the ragged
-layouts (varying_first / varying_last: one scale buffer packs all groups), are
+Sharding: matrices and stacks (dense, same_dims, varying_both) run as calls
+batched over groups and 128x128 tiles (tile_view.py, batch_partitionable.py),
+so a stack sharded along whole groups (expert weights under expert
+parallelism), or a matrix or same_dims stack sharded along rows or columns in
+multiples of 128 (tensor parallelism), quantizes and dequantizes shard by shard
+with no communication, exportably. The ragged layouts (varying_first /
+varying_last: one scale buffer packs all groups at device-computed offsets) are
 computed whole: the partitioner gathers the input first.
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from jax_grouped_gemm import _native, batch_partitionable
 from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, LAYOUT_CODES, SCALE_LAYOUTS, MXFP8Tensor
+from jax_grouped_gemm.mxfp8.tile_view import BATCH_DIMS, DATA_ORDER, TileView
 
 INPUT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
@@ -29,6 +31,7 @@ _native.register_targets()
 batch_partitionable.register([_native.MXFP8_QUANTIZE_TARGET, _native.MXFP8_DEQUANTIZE_TARGET,
                               *_native.MXFP8_LEGACY_TARGETS])
 STACK_LAYOUTS = ("same_dims", "varying_both")  # one fixed-size scale slot per group
+TILED_LAYOUTS = ("dense",) + STACK_LAYOUTS  # called through a TileView
 
 
 def _dtype_names(dtypes) -> str:
@@ -73,30 +76,27 @@ def _static_dims(layout: str, shape, group_sizes) -> tuple[int, int, int]:
   return group_sizes.shape[0], shape[0], shape[1]
 
 
-def _group_sizes_operand(group_sizes, layout):
-  """The group_sizes buffer (an empty one where the layout has none: [G, 0] for a stack)."""
-  if group_sizes is not None:
-    return group_sizes
-  return jnp.zeros((0,), jnp.int32) if layout not in STACK_LAYOUTS else None
+def _workspace(batch=()):
+  """The CUDA kernels' job counter (each call's first bytes serve); dropped from the results."""
+  return jax.ShapeDtypeStruct(batch + (_native.MXFP8_WORKSPACE_BYTES,), jnp.uint8)
 
 
-def _ffi_call(target, tensor_layout, results, *operands, **attributes):
-  """One call of `target` with a workspace result appended (the CUDA kernels' job counter;
-  dropped here); a stack's call leads every buffer with its groups (scale buffers as
-  [G, slot], the workspace as [G, bytes]: each shard's first bytes serve) and is
-  batch-partitionable."""
-  workspace = jax.ShapeDtypeStruct((_native.MXFP8_WORKSPACE_BYTES,), jnp.uint8)
-  if tensor_layout not in STACK_LAYOUTS:
-    outs = jax.ffi.ffi_call(target, (*results, workspace), vmap_method="sequential")(
-        *operands, **attributes)
-    return outs[:-1]
-  groups = operands[0].shape[0]
-  operands = [jnp.zeros((groups, 0), jnp.int32) if x is None else x for x in operands]
-  by_group = [jax.ShapeDtypeStruct((groups, r.size // groups) if r.ndim == 1 else r.shape,
-                                   r.dtype) for r in results]
-  by_group.append(jax.ShapeDtypeStruct((groups, workspace.size), jnp.uint8))
-  outs = batch_partitionable.call(target, by_group, *operands, **attributes)
-  return [out.reshape(r.shape) for out, r in zip(outs, results)]
+def _tile_view(layout: str, shape) -> TileView:
+  """The tile grid a matrix or stack is called over (varying_both: one tile per slot)."""
+  stack = shape if len(shape) == 3 else (1,) + tuple(shape)
+  return TileView.of(stack, split=layout != "varying_both")
+
+
+def _leaf(layout: str, stack_leaf):
+  """A matrix's scale leaf has no group axis."""
+  return stack_leaf[0] if layout == "dense" else stack_leaf
+
+
+def _ragged_call(target, results, *operands, **attributes):
+  """One call with the whole tensor (varying_first / varying_last)."""
+  outs = jax.ffi.ffi_call(target, (*results, _workspace()), vmap_method="sequential")(
+      *operands, **attributes)
+  return outs[:-1]
 
 
 def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
@@ -146,25 +146,53 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
   code = LAYOUT_CODES[layout]
   scale_bytes = _native.mxfp8_scale_bytes(code, num_groups, rows, cols)
 
-  x_call = x.reshape((1,) + x.shape) if layout == "dense" else x
-  empty_data = jax.ShapeDtypeStruct((0,), element_dtype)
-  empty_scales = jax.ShapeDtypeStruct((0,), jnp.uint8)
-  data_struct = jax.ShapeDtypeStruct(x_call.shape, element_dtype)
-  scale_struct = jax.ShapeDtypeStruct((scale_bytes,), jnp.uint8)
-  results = (data_struct if rowwise else empty_data, scale_struct if rowwise else empty_scales,
-             data_struct if colwise else empty_data, scale_struct if colwise else empty_scales)
-  row_data, row_scales, col_data, col_scales = _ffi_call(
-      _native.MXFP8_QUANTIZE_TARGET, layout, results,
-      jax.lax.stop_gradient(x_call), _group_sizes_operand(group_sizes, layout),
-      layout=np.int32(code), rowwise=bool(rowwise), colwise=bool(colwise),
-      swizzled=scale_layout == "swizzled")
-  shape = x.shape
+  swizzled = scale_layout == "swizzled"
+  attributes = dict(layout=np.int32(code), rowwise=bool(rowwise), colwise=bool(colwise),
+                    swizzled=swizzled)
+  x = jax.lax.stop_gradient(x)
+  if layout in TILED_LAYOUTS:
+    row_data, row_scales, col_data, col_scales = _quantize_tiles(
+        x, group_sizes, layout, element_dtype, rowwise, colwise, swizzled, attributes)
+  else:
+    data_struct = jax.ShapeDtypeStruct(x.shape, element_dtype)
+    scale_struct = jax.ShapeDtypeStruct((scale_bytes,), jnp.uint8)
+    empty_data = jax.ShapeDtypeStruct((0,), element_dtype)
+    empty_scales = jax.ShapeDtypeStruct((0,), jnp.uint8)
+    row_data, row_scales, col_data, col_scales = _ragged_call(
+        _native.MXFP8_QUANTIZE_TARGET,
+        (data_struct if rowwise else empty_data, scale_struct if rowwise else empty_scales,
+         data_struct if colwise else empty_data, scale_struct if colwise else empty_scales),
+        x, group_sizes, **attributes)
   return MXFP8Tensor(
-      data=row_data.reshape(shape) if rowwise else None,
+      data=row_data if rowwise else None,
       scale_inv=row_scales if rowwise else None,
-      colwise_data=col_data.reshape(shape) if colwise else None,
+      colwise_data=col_data if colwise else None,
       colwise_scale_inv=col_scales if colwise else None,
       group_sizes=group_sizes, layout=layout, scale_layout=scale_layout)
+
+
+def _quantize_tiles(x, group_sizes, layout, element_dtype, rowwise, colwise, swizzled,
+                    attributes):
+  """The quantize call of a matrix or stack, batched over groups and tiles (tile_view.py)."""
+  view = _tile_view(layout, x.shape)
+  data = jax.ShapeDtypeStruct(view.data_shape(), element_dtype)
+  scales = lambda c: jax.ShapeDtypeStruct(view.scale_view_shape(c, swizzled), jnp.uint8)
+  results = (data if rowwise else view.empty(element_dtype),
+             scales(False) if rowwise else view.empty(jnp.uint8),
+             data if colwise else view.empty(element_dtype),
+             scales(True) if colwise else view.empty(jnp.uint8), _workspace(view.batch))
+  order = lambda asked, c: None if not asked else view.scale_view_order(c, swizzled)
+  layouts = (DATA_ORDER, None, DATA_ORDER if rowwise else None, order(rowwise, False),
+             DATA_ORDER if colwise else None, order(colwise, True), None)
+  outs = batch_partitionable.call(
+      _native.MXFP8_QUANTIZE_TARGET, results,
+      view.data_to_view(x.reshape((view.groups,) + x.shape[-2:])),
+      view.group_sizes_operand(group_sizes), num_batch_dims=BATCH_DIMS, layouts=layouts,
+      **attributes)
+  data_out = lambda v: view.data_from_view(v).reshape(x.shape)
+  scales_out = lambda v, c: _leaf(layout, view.scales_from_view(v, c, swizzled))
+  return (data_out(outs[0]) if rowwise else None, scales_out(outs[1], False) if rowwise else None,
+          data_out(outs[2]) if colwise else None, scales_out(outs[3], True) if colwise else None)
 
 
 def dequantize(q: MXFP8Tensor, dtype=jnp.bfloat16, *, colwise: bool | None = None) -> jax.Array:
@@ -184,13 +212,22 @@ def dequantize(q: MXFP8Tensor, dtype=jnp.bfloat16, *, colwise: bool | None = Non
   data = jax.lax.stop_gradient(data)
   scales = jax.lax.stop_gradient(scales)
   group_sizes = None if q.group_sizes is None else jax.lax.stop_gradient(q.group_sizes)
-  data_call = data.reshape((1,) + data.shape) if q.layout == "dense" else data
-  if q.layout in STACK_LAYOUTS:
-    scales = scales.reshape(data.shape[0], -1)  # the groups' slots
-  out, = _ffi_call(
-      _native.MXFP8_DEQUANTIZE_TARGET, q.layout,
-      [jax.ShapeDtypeStruct(data_call.shape, out_dtype)],
-      data_call, scales, _group_sizes_operand(group_sizes, q.layout),
-      layout=np.int32(LAYOUT_CODES[q.layout]), colwise=use_colwise,
-      swizzled=q.scale_layout == "swizzled")
-  return out.reshape(data.shape)
+  swizzled = q.scale_layout == "swizzled"
+  attributes = dict(layout=np.int32(LAYOUT_CODES[q.layout]), colwise=use_colwise,
+                    swizzled=swizzled)
+  if q.layout not in TILED_LAYOUTS:
+    out, = _ragged_call(_native.MXFP8_DEQUANTIZE_TARGET,
+                        [jax.ShapeDtypeStruct(data.shape, out_dtype)], data, scales,
+                        group_sizes, **attributes)
+    return out
+  view = _tile_view(q.layout, data.shape)
+  stack_scales = scales[None] if q.layout == "dense" else scales
+  out, = batch_partitionable.call(
+      _native.MXFP8_DEQUANTIZE_TARGET,
+      [jax.ShapeDtypeStruct(view.data_shape(), out_dtype), _workspace(view.batch)],
+      view.data_to_view(data.reshape((view.groups,) + data.shape[-2:])),
+      view.scales_to_view(stack_scales, use_colwise, swizzled),
+      view.group_sizes_operand(group_sizes), num_batch_dims=BATCH_DIMS,
+      layouts=(DATA_ORDER, view.scale_view_order(use_colwise, swizzled), None, DATA_ORDER, None),
+      **attributes)[:1]
+  return view.data_from_view(out).reshape(data.shape)

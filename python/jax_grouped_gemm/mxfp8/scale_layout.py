@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_grouped_gemm.mxfp8.tensor import SCALE_LAYOUTS, MXFP8Tensor
+from jax_grouped_gemm.mxfp8.tile_view import TileView
 
 TILE_ROWS, TILE_COLS = 128, 4
 TILE_BYTES = TILE_ROWS * TILE_COLS
@@ -70,6 +71,17 @@ def unswizzle_scale_matrix(flat, rows: int, cols: int):
   """Inverse of swizzle_scale_matrix: [..., rows*cols] -> [..., rows, cols]."""
   i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
   return flat[..., swizzled_index(i, j, cols).reshape(-1)].reshape(flat.shape[:-1] + (rows, cols))
+
+
+def scale_leaf_shape(layout: str, shape, colwise: bool, scale_layout: str) -> tuple[int, ...]:
+  """The shape of a scale leaf: flat for the ragged layouts, along the data axes for a
+  matrix or stack (tile_view.py says how)."""
+  if layout in ("varying_first", "varying_last"):
+    return (-1,)
+  stack = tuple(shape) if len(shape) == 3 else (1,) + tuple(shape)
+  leaf = TileView.of(stack, split=layout != "varying_both").scale_leaf_shape(
+      colwise, scale_layout == "swizzled")
+  return leaf[1:] if layout == "dense" else leaf
 
 
 def _saturating_prefix_sum(sizes, limit):
@@ -138,8 +150,13 @@ def with_scale_layout(q: MXFP8Tensor, scale_layout: str) -> MXFP8Tensor:
                        q.layout, scale_layout)
   extents, offsets = group_extents(q), scale_offsets(q)
   to_swizzled = scale_layout == "swizzled"
-  convert = lambda s, colwise: None if s is None else _convert(s, extents, offsets, colwise,
-                                                                to_swizzled)
+
+  def convert(scales, colwise):
+    if scales is None:
+      return None
+    flat = _convert(scales.reshape(-1), extents, offsets, colwise, to_swizzled)
+    return flat.reshape(scale_leaf_shape(q.layout, q.shape, colwise, scale_layout))
+
   return MXFP8Tensor(q.data, convert(q.scale_inv, False), q.colwise_data,
                      convert(q.colwise_scale_inv, True), q.group_sizes, q.layout, scale_layout)
 
@@ -147,7 +164,7 @@ def with_scale_layout(q: MXFP8Tensor, scale_layout: str) -> MXFP8Tensor:
 def group_scale_inv(q: MXFP8Tensor, group: int, *, colwise: bool = False) -> np.ndarray:
   """Host helper: group `group`'s padded compact scale matrix (uint8, padding included)."""
   compact = with_scale_layout(q, "compact")
-  scales = np.asarray(compact.orientation(colwise)[1])
+  scales = np.asarray(compact.orientation(colwise)[1]).reshape(-1)
   rows, cols = (int(v) for v in np.asarray(group_extents(q))[group])
   offset = int(np.asarray(scale_offsets(q))[group])
   padded_rows, padded_cols = padded_scale_dims(rows, cols, colwise)

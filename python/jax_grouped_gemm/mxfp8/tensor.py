@@ -16,12 +16,17 @@ Every group is quantized as if it were a matrix alone (blocks restart at group
 boundaries). Elements of no group are 0 in the data.
 
 Scales: "rowwise" = one scale per 1x32 block along a row (the last axis),
-"colwise" = one per 32x1 block along a column. `scale_inv` is a flat uint8
-buffer holding, group after group, each group's padded scale matrix
-(rowwise [128*ceil(r/128), 4*ceil(c/128)], colwise [4*ceil(r/128), 128*ceil(c/128)]
-for a group of r x c) row-major ("compact") or 128x4-interleaved ("swizzled");
-bytes that hold no real scale are 0. `scale_layout.scale_offsets(q)` gives
-where each group's region starts.
+"colwise" = one per 32x1 block along a column. The scale bytes hold, group
+after group, each group's padded scale matrix (rowwise [128*ceil(r/128),
+4*ceil(c/128)], colwise [4*ceil(r/128), 128*ceil(c/128)] for a group of r x c)
+row-major ("compact") or 128x4-interleaved ("swizzled"); bytes that hold no
+real scale are 0. `scale_layout.scale_offsets(q)` gives where each group's
+region starts in those bytes (`scale_inv.reshape(-1)`). The leaf's shape keeps
+the axes a sharding splits: flat for varying_first / varying_last (one buffer
+packs groups of device-side sizes); for a matrix or stack the group axis (not
+for "dense") then the scale matrix, [G, padded rows, padded cols] compact, or
+its 512-byte tiles, [G, row tiles, col tiles * 512] rowwise and
+[G, col tiles, row tiles * 512] colwise when swizzled (mxfp8/tile_view.py).
 """
 
 from __future__ import annotations

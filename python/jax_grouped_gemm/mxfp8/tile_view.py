@@ -1,0 +1,132 @@
+"""The tile view of a stack: quantize / dequantize calls that split along groups and tiles.
+
+A stack [G, M, N] (a matrix is a stack of one) whose M and N are multiples of
+128 is a grid of 128x128 tiles that quantize independently: 32-blocks never
+cross a tile edge, and a tile's scales are one 128x4 (rowwise) or 4x128
+(colwise) tile of its group's padded scale matrix, a 512-byte tile when
+swizzled. So the custom call sees every buffer as leading with the batch axes
+(G, row tiles Rt, column tiles Ct): x as [G, Rt, Ct, 128, 128], scales as
+[G, Rt, Ct, ...], with operand layouts that make each view the original bytes
+(on the GPU the view compiles to a bitcast, see tools/device/view_layout_probe.py;
+the CPU compiler copies). XLA's batch partitioner then splits a stack sharded
+along groups, rows or columns shard by shard with no communication
+(batch_partitionable.py), and each shard's handler sees a plain row-major
+stack [G', Rt' * 128, Ct' * 128] with its own scale slots.
+
+A dimension that is not a multiple of 128 is one tile (Rt or Ct = 1), as is
+every varying_both slot (its group's extent is relative to the slot's origin).
+
+Scale leaves of a stack keep the axes that shard (see tensor.py):
+  compact rowwise   [G, padded rows, padded cols]        the scale matrix
+  compact colwise   [G, padded block rows, padded cols]
+  swizzled rowwise  [G, row tiles, col tiles * 512]      (tile rows, then tiles)
+  swizzled colwise  [G, col tiles, row tiles * 512]      (read as the transposed operand)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+TILE = 128  # data rows and columns of one tile
+SCALE_TILE_BYTES = 512
+BATCH_DIMS = 3  # (G, Rt, Ct)
+# Major-to-minor order of a view's dims that gives the bytes of the original array:
+# the group, the row tile, the rows within it, the column tile, the columns within it.
+DATA_ORDER = (0, 1, 3, 2, 4)
+
+
+def _ceil_div(a: int, b: int) -> int:
+  return -(-a // b)
+
+
+@dataclasses.dataclass(frozen=True)
+class TileView:
+  """A stack [groups, row_tiles * tile_rows, col_tiles * tile_cols] as a grid of tiles."""
+  groups: int
+  row_tiles: int
+  col_tiles: int
+  tile_rows: int
+  tile_cols: int
+
+  @classmethod
+  def of(cls, shape, split: bool = True) -> "TileView":
+    """The finest grid of shape [G, M, N] (`split=False`: one tile per group)."""
+    g, m, n = shape
+    rt = m // TILE if split and m > 0 and m % TILE == 0 else 1
+    ct = n // TILE if split and n > 0 and n % TILE == 0 else 1
+    return cls(g, rt, ct, m // rt, n // ct)
+
+  @property
+  def batch(self) -> tuple[int, int, int]:
+    return (self.groups, self.row_tiles, self.col_tiles)
+
+  # --- data ---------------------------------------------------------------------------------
+
+  def data_shape(self) -> tuple[int, ...]:
+    return self.batch + (self.tile_rows, self.tile_cols)
+
+  def data_to_view(self, stack):
+    g, rt, ct = self.batch
+    return stack.reshape(g, rt, self.tile_rows, ct, self.tile_cols).transpose(DATA_ORDER)
+
+  def data_from_view(self, view):
+    g, rt, ct = self.batch
+    return view.transpose(DATA_ORDER).reshape(g, rt * self.tile_rows, ct * self.tile_cols)
+
+  # --- scales -------------------------------------------------------------------------------
+
+  def _tile_scale_dims(self, colwise: bool) -> tuple[int, int]:
+    """(rows, cols) of one tile's padded compact scale matrix."""
+    row_tiles, col_tiles = _ceil_div(self.tile_rows, TILE), _ceil_div(self.tile_cols, TILE)
+    return (4 * row_tiles, TILE * col_tiles) if colwise else (TILE * row_tiles, 4 * col_tiles)
+
+  def _leaf_split(self, colwise: bool, swizzled: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the leaf's dims split into tile factors, the view's order of those factors)."""
+    g, rt, ct = self.batch
+    if not swizzled:  # (g, rt, rows, ct, cols): the padded matrix, tile by tile
+      rows, cols = self._tile_scale_dims(colwise)
+      return (g, rt, rows, ct, cols), DATA_ORDER
+    rtc, ctc = _ceil_div(self.tile_rows, TILE), _ceil_div(self.tile_cols, TILE)
+    if not colwise:  # (g, rt, rtc, ct, ctc, 512): 512-byte tiles, tile rows first
+      return (g, rt, rtc, ct, ctc, SCALE_TILE_BYTES), (0, 1, 3, 2, 4, 5)
+    # (g, ct, ctc, rt, rtc, 512): the transposed operand's tiles, column tiles first
+    return (g, ct, ctc, rt, rtc, SCALE_TILE_BYTES), (0, 3, 1, 4, 2, 5)
+
+  def scale_leaf_shape(self, colwise: bool, swizzled: bool) -> tuple[int, int, int]:
+    split, _ = self._leaf_split(colwise, swizzled)
+    if not swizzled:
+      return (split[0], split[1] * split[2], split[3] * split[4])
+    return (split[0], split[1] * split[2], split[3] * split[4] * split[5])
+
+  def scale_view_order(self, colwise: bool, swizzled: bool) -> tuple[int, ...]:
+    """The view's layout: the major-to-minor order of its dims in the leaf's bytes."""
+    _, to_view = self._leaf_split(colwise, swizzled)
+    return tuple(to_view.index(d) for d in range(len(to_view)))
+
+  def scale_view_shape(self, colwise: bool, swizzled: bool) -> tuple[int, ...]:
+    split, to_view = self._leaf_split(colwise, swizzled)
+    return tuple(split[d] for d in to_view)
+
+  def scales_to_view(self, leaf, colwise: bool, swizzled: bool):
+    split, to_view = self._leaf_split(colwise, swizzled)
+    return leaf.reshape(split).transpose(to_view)
+
+  def scales_from_view(self, view, colwise: bool, swizzled: bool):
+    return view.transpose(self.scale_view_order(colwise, swizzled)).reshape(
+        self.scale_leaf_shape(colwise, swizzled))
+
+  # --- the other buffers ----------------------------------------------------------------------
+
+  def empty(self, dtype) -> jax.ShapeDtypeStruct:
+    """A result that is not asked for."""
+    return jax.ShapeDtypeStruct(self.batch + (0,), dtype)
+
+  def group_sizes_operand(self, group_sizes):
+    """[G, 2] extents (varying_both, one tile per group) or none, leading with the batch."""
+    if group_sizes is None:
+      return jnp.zeros(self.batch + (0,), jnp.int32)
+    assert self.row_tiles == self.col_tiles == 1, "varying_both slots are one tile each"
+    return group_sizes.reshape(self.batch + (group_sizes.shape[-1],))
