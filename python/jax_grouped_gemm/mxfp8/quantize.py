@@ -67,29 +67,9 @@ def _grouped_layout(x, group_sizes, ragged_axis) -> str:
                    f"(rows and cols per group), got shape {group_sizes.shape}")
 
 
-def _static_dims(layout: str, shape, group_sizes) -> tuple[int, int, int]:
-  """(num_groups, rows, cols) as the custom call sees them."""
-  if layout == "dense":
-    return 1, shape[0], shape[1]
-  if layout in ("same_dims", "varying_both"):
-    return shape
-  return group_sizes.shape[0], shape[0], shape[1]
-
-
 def _workspace(batch=()):
   """The CUDA kernels' job counter (each call's first bytes serve); dropped from the results."""
   return jax.ShapeDtypeStruct(batch + (_native.MXFP8_WORKSPACE_BYTES,), jnp.uint8)
-
-
-def _tile_view(layout: str, shape) -> TileView:
-  """The tile grid a matrix or stack is called over (varying_both: one tile per slot)."""
-  stack = shape if len(shape) == 3 else (1,) + tuple(shape)
-  return TileView.of(stack, split=layout != "varying_both")
-
-
-def _leaf(layout: str, stack_leaf):
-  """A matrix's scale leaf has no group axis."""
-  return stack_leaf[0] if layout == "dense" else stack_leaf
 
 
 def _ragged_call(target, results, *operands, **attributes):
@@ -142,10 +122,7 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
                       f"{group_sizes.dtype}")
     group_sizes = group_sizes.astype(jnp.int32)
   layout = _grouped_layout(x, group_sizes, ragged_axis)
-  num_groups, rows, cols = _static_dims(layout, x.shape, group_sizes)
   code = LAYOUT_CODES[layout]
-  scale_bytes = _native.mxfp8_scale_bytes(code, num_groups, rows, cols)
-
   swizzled = scale_layout == "swizzled"
   attributes = dict(layout=np.int32(code), rowwise=bool(rowwise), colwise=bool(colwise),
                     swizzled=swizzled)
@@ -155,6 +132,7 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
         x, group_sizes, layout, element_dtype, rowwise, colwise, swizzled, attributes)
   else:
     data_struct = jax.ShapeDtypeStruct(x.shape, element_dtype)
+    scale_bytes = _native.mxfp8_scale_bytes(code, group_sizes.shape[0], *x.shape)
     scale_struct = jax.ShapeDtypeStruct((scale_bytes,), jnp.uint8)
     empty_data = jax.ShapeDtypeStruct((0,), element_dtype)
     empty_scales = jax.ShapeDtypeStruct((0,), jnp.uint8)
@@ -174,7 +152,7 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
 def _quantize_tiles(x, group_sizes, layout, element_dtype, rowwise, colwise, swizzled,
                     attributes):
   """The quantize call of a matrix or stack, batched over groups and tiles (tile_view.py)."""
-  view = _tile_view(layout, x.shape)
+  view = TileView.for_tensor(layout, x.shape)
   data = jax.ShapeDtypeStruct(view.data_shape(), element_dtype)
   scales = lambda c: jax.ShapeDtypeStruct(view.scale_view_shape(c, swizzled), jnp.uint8)
   results = (data if rowwise else view.empty(element_dtype),
@@ -186,11 +164,10 @@ def _quantize_tiles(x, group_sizes, layout, element_dtype, rowwise, colwise, swi
              DATA_ORDER if colwise else None, order(colwise, True), None)
   outs = batch_partitionable.call(
       _native.MXFP8_QUANTIZE_TARGET, results,
-      view.data_to_view(x.reshape((view.groups,) + x.shape[-2:])),
-      view.group_sizes_operand(group_sizes), num_batch_dims=BATCH_DIMS, layouts=layouts,
-      **attributes)
-  data_out = lambda v: view.data_from_view(v).reshape(x.shape)
-  scales_out = lambda v, c: _leaf(layout, view.scales_from_view(v, c, swizzled))
+      view.data_to_view(x), view.group_sizes_operand(group_sizes), num_batch_dims=BATCH_DIMS,
+      layouts=layouts, **attributes)
+  data_out = view.data_from_view
+  scales_out = lambda v, c: view.scales_from_view(v, c, swizzled)
   return (data_out(outs[0]) if rowwise else None, scales_out(outs[1], False) if rowwise else None,
           data_out(outs[2]) if colwise else None, scales_out(outs[3], True) if colwise else None)
 
@@ -220,14 +197,12 @@ def dequantize(q: MXFP8Tensor, dtype=jnp.bfloat16, *, colwise: bool | None = Non
                         [jax.ShapeDtypeStruct(data.shape, out_dtype)], data, scales,
                         group_sizes, **attributes)
     return out
-  view = _tile_view(q.layout, data.shape)
-  stack_scales = scales[None] if q.layout == "dense" else scales
+  view = TileView.for_tensor(q.layout, data.shape)
   out, = batch_partitionable.call(
       _native.MXFP8_DEQUANTIZE_TARGET,
       [jax.ShapeDtypeStruct(view.data_shape(), out_dtype), _workspace(view.batch)],
-      view.data_to_view(data.reshape((view.groups,) + data.shape[-2:])),
-      view.scales_to_view(stack_scales, use_colwise, swizzled),
+      view.data_to_view(data), view.scales_to_view(scales, use_colwise, swizzled),
       view.group_sizes_operand(group_sizes), num_batch_dims=BATCH_DIMS,
       layouts=(DATA_ORDER, view.scale_view_order(use_colwise, swizzled), None, DATA_ORDER, None),
       **attributes)[:1]
-  return view.data_from_view(out).reshape(data.shape)
+  return view.data_from_view(out)

@@ -78,10 +78,7 @@ def scale_leaf_shape(layout: str, shape, colwise: bool, scale_layout: str) -> tu
   matrix or stack (tile_view.py says how)."""
   if layout in ("varying_first", "varying_last"):
     return (-1,)
-  stack = tuple(shape) if len(shape) == 3 else (1,) + tuple(shape)
-  leaf = TileView.of(stack, split=layout != "varying_both").scale_leaf_shape(
-      colwise, scale_layout == "swizzled")
-  return leaf[1:] if layout == "dense" else leaf
+  return TileView.for_tensor(layout, shape).scale_leaf_shape(colwise, scale_layout == "swizzled")
 
 
 def _saturating_prefix_sum(sizes, limit):

@@ -26,6 +26,7 @@ Scale leaves of a stack keep the axes that shard (see tensor.py):
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -44,20 +45,29 @@ def _ceil_div(a: int, b: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class TileView:
-  """A stack [groups, row_tiles * tile_rows, col_tiles * tile_cols] as a grid of tiles."""
+  """A stack [groups, row_tiles * tile_rows, col_tiles * tile_cols] as a grid of tiles; a
+  matrix (`matrix`: no group axis in its data and scale leaves) is a stack of one."""
   groups: int
   row_tiles: int
   col_tiles: int
   tile_rows: int
   tile_cols: int
+  matrix: bool = False
 
   @classmethod
   def of(cls, shape, split: bool = True) -> "TileView":
-    """The finest grid of shape [G, M, N] (`split=False`: one tile per group)."""
-    g, m, n = shape
+    """The finest grid of shape [G, M, N] or [M, N] (`split=False`: one tile per group)."""
+    matrix = len(shape) == 2
+    g, m, n = (1,) + tuple(shape) if matrix else shape
     rt = m // TILE if split and m > 0 and m % TILE == 0 else 1
     ct = n // TILE if split and n > 0 and n % TILE == 0 else 1
-    return cls(g, rt, ct, m // rt, n // ct)
+    return cls(g, rt, ct, m // rt, n // ct, matrix)
+
+  @classmethod
+  def for_tensor(cls, layout: str, shape) -> "TileView":
+    """The grid a tensor of `layout` ("dense", "same_dims", "varying_both") is called over:
+    a varying_both slot is one tile, as its group's extents start at the slot's corner."""
+    return cls.of(shape, split=layout != "varying_both")
 
   @property
   def batch(self) -> tuple[int, int, int]:
@@ -74,7 +84,8 @@ class TileView:
 
   def data_from_view(self, view):
     g, rt, ct = self.batch
-    return view.transpose(DATA_ORDER).reshape(g, rt * self.tile_rows, ct * self.tile_cols)
+    shape = (g, rt * self.tile_rows, ct * self.tile_cols)
+    return view.transpose(DATA_ORDER).reshape(shape[1:] if self.matrix else shape)
 
   # --- scales -------------------------------------------------------------------------------
 
@@ -95,11 +106,10 @@ class TileView:
     # (g, ct, ctc, rt, rtc, 512): the transposed operand's tiles, column tiles first
     return (g, ct, ctc, rt, rtc, SCALE_TILE_BYTES), (0, 3, 1, 4, 2, 5)
 
-  def scale_leaf_shape(self, colwise: bool, swizzled: bool) -> tuple[int, int, int]:
+  def scale_leaf_shape(self, colwise: bool, swizzled: bool) -> tuple[int, ...]:
     split, _ = self._leaf_split(colwise, swizzled)
-    if not swizzled:
-      return (split[0], split[1] * split[2], split[3] * split[4])
-    return (split[0], split[1] * split[2], split[3] * split[4] * split[5])
+    shape = (split[0], split[1] * split[2], math.prod(split[3:]))
+    return shape[1:] if self.matrix else shape
 
   def scale_view_order(self, colwise: bool, swizzled: bool) -> tuple[int, ...]:
     """The view's layout: the major-to-minor order of its dims in the leaf's bytes."""
