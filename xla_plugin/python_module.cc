@@ -8,10 +8,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "xla_plugin/common/mxfp8_blockscaled_problem.h"
 #include "xla_plugin/common/mxfp8_layout.h"
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/ffi/handlers.h"
 #include "xla_plugin/ffi/mxfp8_decode.h"
+#ifdef JGG_WITH_CUDA
+#include "xla_plugin/kernels/cuda/mxfp8_blockscaled_cuda.h"
+#endif
 
 namespace nb = nanobind;
 
@@ -31,6 +35,7 @@ constexpr const char kMxfp8DequantizeTargetV1[] = "jgg_mxfp8_dequantize_v1";
 // _v2 added the rhs_transposed attribute (dgrad); _v1 calls are the forward orientation.
 constexpr const char kMxfp8RaggedMTarget[] = "jgg_mxfp8_ragged_m_v2";
 constexpr const char kMxfp8RaggedMTargetV1[] = "jgg_mxfp8_ragged_m_v1";
+constexpr const char kMxfp8BlockScaledTarget[] = "jgg_mxfp8_blockscaled_v1";
 
 nb::capsule Capsule(XLA_FFI_Handler* handler) {
   return nb::capsule(reinterpret_cast<void*>(handler));
@@ -58,6 +63,7 @@ const Target kTargets[] = {
     {kMxfp8DequantizeTargetV1, JggMxfp8DequantizeCpu, JGG_CUDA_HANDLER(JggMxfp8DequantizeCuda)},
     {kMxfp8RaggedMTarget, JggMxfp8RaggedMV2Cpu, JGG_CUDA_HANDLER(JggMxfp8RaggedMV2Cuda)},
     {kMxfp8RaggedMTargetV1, JggMxfp8RaggedMCpu, JGG_CUDA_HANDLER(JggMxfp8RaggedMCuda)},
+    {kMxfp8BlockScaledTarget, JggMxfp8BlockScaledCpu, JGG_CUDA_HANDLER(JggMxfp8BlockScaledCuda)},
 };
 
 nb::dict Registrations() {
@@ -87,6 +93,21 @@ int64_t Mxfp8ScaleBytes(int32_t layout, int64_t num_groups, int64_t rows, int64_
       {static_cast<jgg::mxfp8::GroupedLayout>(layout), num_groups, rows, cols});
 }
 
+int64_t Mxfp8BlockScaledWorkspaceBytes(int64_t num_groups) {
+  if (num_groups < 0) throw std::invalid_argument("negative dimension");
+  return jgg::mxfp8::BlockScaledWorkspaceBytes(num_groups);
+}
+
+// -1 without the CUDA build (the sm_100 kernels and CUTLASS's layout are not in it).
+int64_t Mxfp8BlockScaledLayoutMismatches(int64_t rows, int64_t depth) {
+  if (rows <= 0 || depth <= 0) throw std::invalid_argument("dimensions must be positive");
+#ifdef JGG_WITH_CUDA
+  return jgg::cuda::BlockScaledScaleLayoutMismatches(rows, depth);
+#else
+  return -1;
+#endif
+}
+
 }  // namespace
 
 NB_MODULE(_jgg_native, m) {
@@ -107,6 +128,13 @@ NB_MODULE(_jgg_native, m) {
   m.attr("MXFP8_LEGACY_TARGETS") = nb::make_tuple(kMxfp8QuantizeTargetV1, kMxfp8DequantizeTargetV1);
   m.attr("MXFP8_RAGGED_M_TARGET_V1") = kMxfp8RaggedMTargetV1;
   m.attr("MXFP8_WORKSPACE_BYTES") = jgg::kMxfp8WorkspaceBytes;
+  m.attr("MXFP8_BLOCKSCALED_TARGET") = kMxfp8BlockScaledTarget;
+  m.def("mxfp8_blockscaled_workspace_bytes", &Mxfp8BlockScaledWorkspaceBytes,
+        nb::arg("num_groups"), "Scratch bytes of one block-scaled MXFP8 grouped GEMM call.");
+  m.def("mxfp8_blockscaled_layout_mismatches", &Mxfp8BlockScaledLayoutMismatches,
+        nb::arg("rows"), nb::arg("depth"),
+        "Elements of a [rows, depth] operand whose scale CUTLASS's sm_100 layout puts elsewhere "
+        "than the swizzled layout (0: the contract holds; -1: not a CUDA build).");
 #ifdef JGG_WITH_CUDA
   m.attr("cuda_built") = true;
 #else

@@ -27,6 +27,9 @@ MXFP8_DEQUANTIZE_TARGET: str = _module.MXFP8_DEQUANTIZE_TARGET
 MXFP8_RAGGED_M_TARGET: str = _module.MXFP8_RAGGED_M_TARGET
 # Its forward-only first version (no rhs_transposed attribute), registered for old artifacts.
 MXFP8_RAGGED_M_TARGET_V1: str = _module.MXFP8_RAGGED_M_TARGET_V1
+# The block-scaled MXFP8 grouped GEMM (mxfp8_gemm.py, backend "blockscaled_sm100"): on CUDA
+# the sm_100 kernels (compute capability 10.0 only), on the CPU the reference.
+MXFP8_BLOCKSCALED_TARGET: str = _module.MXFP8_BLOCKSCALED_TARGET
 # Older versions of the MXFP8 targets, still registered for the artifacts that name them.
 MXFP8_LEGACY_TARGETS: tuple[str, ...] = tuple(_module.MXFP8_LEGACY_TARGETS)
 # The workspace result of the MXFP8 calls (the CUDA kernels' job counter).
@@ -59,3 +62,14 @@ def mxfp8_scale_bytes(layout: int, num_groups: int, rows: int, cols: int) -> int
   """Bytes of one orientation's MXFP8 scale buffer; the formula lives in C++
   (xla_plugin/common/mxfp8_layout.h)."""
   return int(_module.mxfp8_scale_bytes(layout, num_groups, rows, cols))
+
+
+def mxfp8_blockscaled_workspace_bytes(num_groups: int) -> int:
+  """Scratch bytes of one block-scaled MXFP8 grouped GEMM call (formula in C++)."""
+  return int(_module.mxfp8_blockscaled_workspace_bytes(num_groups))
+
+
+def mxfp8_blockscaled_layout_mismatches(rows: int, depth: int) -> int:
+  """Elements of a [rows, depth] operand whose scale byte CUTLASS's sm_100 layout puts
+  elsewhere than our swizzled layout (0: the contract holds; -1: no CUDA build)."""
+  return int(_module.mxfp8_blockscaled_layout_mismatches(rows, depth))

@@ -54,13 +54,18 @@ dimension numbers, result dtype) from static facts only:
     compute-bound shapes, a mainloop converting fp8 tiles to bf16 in shared
     memory before wgmma, is not built).
 
-Where the Blackwell path plugs in (not built): an sm_100 block-scaled grouped
-GEMM (CUTLASS sm100 blockscaled array kernels or cuBLASLt VEC32_UE8M0 grouped)
-reading the "swizzled" scales in place, group g's scales at
-`scale_inv + scale_offsets(q)[g]` (colwise scales as the transposed operand,
-which is how scale_layout.py lays them out), as a CUDA handler that picks by
-compute capability the way ragged_dot_cuda.cu does for BF16; choose_backend
-would return it for swizzled operands.
+  * "blockscaled_sm100" (opt-in: JGG_MXFP8_BACKEND=blockscaled_sm100): one call
+    of MXFP8_BLOCKSCALED_TARGET for the forward, dgrad or wgrad, whose CUDA
+    handler runs CUTLASS's sm_100 block-scaled grouped GEMM (tcgen05 MMA on the
+    fp8 codes, the "swizzled" scales read in place: group g's at its scale
+    offset, colwise scales as the transposed operand, which is how
+    scale_layout.py lays them out) and whose CPU handler is the reference. It
+    is built for sm_100a but was never run on a Blackwell GPU, hence opt-in; on
+    any other GPU the call fails with an error naming the compute capability.
+    It takes swizzled scales, x (dy) "varying_first" quantized with the GEMM's
+    group sizes (so each group's scales are a matrix of their own), w a
+    "same_dims" stack (wgrad: x and dy both "varying_first"), contracted and
+    result dims multiples of 16, bf16 or f32 results, no group_offset.
 """
 
 from __future__ import annotations
@@ -73,6 +78,10 @@ import jax.numpy as jnp
 from jax import lax
 
 # From the module: the package attribute `ragged_dot` is the function.
+import os
+
+import numpy as np
+
 from jax_grouped_gemm import _native
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import ragged_dot_general as plain_ragged_dot_general
@@ -163,9 +172,34 @@ def _fused_few_rows_backend(problem: MXFP8GemmProblem) -> jax.Array:
       lhs_group_sizes.astype(jnp.int32), lhs_grouped=lhs_grouped, rhs_transposed=rhs_transposed)
 
 
+_BLOCKSCALED_OUT_DTYPES = tuple(map(jnp.dtype, (jnp.bfloat16, jnp.float32)))
+BACKEND_ENV = "JGG_MXFP8_BACKEND"
+
+
+def _blockscaled_backend(problem: MXFP8GemmProblem) -> jax.Array:
+  """One block-scaled grouped GEMM call: group g's operands and swizzled scales in place."""
+  lhs, rhs = problem.lhs, problem.rhs
+  gemm = _blockscaled_gemm(problem.dimension_numbers)
+  num_groups = problem.group_sizes.shape[0]
+  (m, k) = lhs.tensor.shape
+  if gemm == 2:  # wgrad: [G, K, N]
+    out_shape = (num_groups, k, rhs.tensor.shape[1])
+  else:
+    out_shape = (m, rhs.tensor.shape[2 if gemm == 0 else 1])
+  out = jax.ShapeDtypeStruct(out_shape, problem.out_dtype)
+  workspace = jax.ShapeDtypeStruct((_native.mxfp8_blockscaled_workspace_bytes(num_groups),),
+                                   jnp.uint8)
+  result, _ = jax.ffi.ffi_call(_native.MXFP8_BLOCKSCALED_TARGET, (out, workspace),
+                               vmap_method="sequential")(
+      lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, problem.group_sizes.astype(jnp.int32),
+      gemm=np.int32(gemm))
+  return result
+
+
 BACKENDS: dict[str, Callable[[MXFP8GemmProblem], jax.Array]] = {
     "dequantize": _dequantize_backend,
     "fused_few_rows": _fused_few_rows_backend,
+    "blockscaled_sm100": _blockscaled_backend,
 }
 
 
@@ -202,6 +236,42 @@ def fused_few_rows_misfit(problem: MXFP8GemmProblem) -> str | None:
   return None
 
 
+def blockscaled_misfit(problem: MXFP8GemmProblem) -> str | None:
+  """Why "blockscaled_sm100" cannot compute `problem` (None: it can); static facts only."""
+  lhs, rhs = problem.lhs, problem.rhs
+  if not (isinstance(lhs, MXFP8Operand) and isinstance(rhs, MXFP8Operand)):
+    return "a plain operand"
+  gemm = _blockscaled_gemm(problem.dimension_numbers)
+  if gemm is None:
+    return "not the forward's, dgrad's or wgrad's dimension numbers"
+  if lhs.tensor.scale_layout != "swizzled" or rhs.tensor.scale_layout != "swizzled":
+    return "compact scales"
+  if problem.group_offset is not None:
+    return "a group_offset"
+  if problem.group_sizes.ndim != 1:
+    return "batched group sizes"
+  grouped = (lhs, rhs) if gemm == 2 else (lhs,)
+  for q in grouped:
+    if q.tensor.layout != "varying_first" or q.tensor.group_sizes.shape != problem.group_sizes.shape:
+      return "a token operand not quantized with the GEMM's group sizes (varying_first)"
+  if gemm != 2 and rhs.tensor.layout != "same_dims":
+    return "w is not a stack"
+  dims = (lhs.tensor.shape[1], rhs.tensor.shape[-1] if gemm != 1 else rhs.tensor.shape[1])
+  if any(d % 16 for d in dims):
+    return f"dims {dims} not multiples of 16"
+  if problem.out_dtype not in _BLOCKSCALED_OUT_DTYPES:
+    return f"result dtype {problem.out_dtype}"
+  return None
+
+
+def _blockscaled_gemm(dims: lax.RaggedDotDimensionNumbers) -> int | None:
+  """The block-scaled call's `gemm` attribute (0 forward, 1 dgrad, 2 wgrad) for these
+  dimension numbers, or None."""
+  known = (BASIC_DIMENSION_NUMBERS, DGRAD_DIMENSION_NUMBERS, WGRAD_DIMENSION_NUMBERS)
+  matches = [i for i, d in enumerate(known) if _as_tuples(d) == _as_tuples(dims)]
+  return matches[0] if matches else None
+
+
 def _as_tuples(dims: lax.RaggedDotDimensionNumbers):
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dims.dot_dimension_numbers
   return tuple(tuple(axes) for axes in (lhs_contract, rhs_contract, lhs_batch, rhs_batch,
@@ -209,7 +279,13 @@ def _as_tuples(dims: lax.RaggedDotDimensionNumbers):
 
 
 def choose_backend(problem: MXFP8GemmProblem) -> str:
-  """The BACKENDS entry that computes `problem`; static facts only (never device values)."""
+  """The BACKENDS entry that computes `problem`; static facts only (never device values).
+
+  $JGG_MXFP8_BACKEND=blockscaled_sm100 asks for the sm_100 kernels (read at trace time)
+  wherever they fit the call; other calls choose as without it.
+  """
+  if os.environ.get(BACKEND_ENV) == "blockscaled_sm100" and blockscaled_misfit(problem) is None:
+    return "blockscaled_sm100"
   return "fused_few_rows" if fused_few_rows_misfit(problem) is None else "dequantize"
 
 
