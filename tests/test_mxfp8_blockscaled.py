@@ -139,3 +139,29 @@ def test_other_gpus_get_an_error_not_a_result(blockscaled):
     qx, qw, _, group_sizes = _operands(4, LAYOUTS["tiny_groups"])
     with pytest.raises(Exception, match="sm_100"):
       jax.block_until_ready(mxfp8.ragged_dot(qx, qw, group_sizes))
+
+
+def test_grouped_dense_recipe_runs_every_gemm_on_it(monkeypatch):
+  """With swizzled scales, the recipe's forward, dgrad and wgrad all take the call, and
+  its values and gradients are those of the default backends (same quantized operands)."""
+  rng = np.random.default_rng(7)
+  sizes = jnp.asarray(LAYOUTS["uneven_with_empty"], jnp.int32)
+  x = jnp.asarray(rng.standard_normal((M, K)), jnp.bfloat16)
+  w = jnp.asarray(rng.standard_normal((G, K, N)) / np.sqrt(K), jnp.bfloat16)
+  recipe = jgg.MXFP8Recipe(scale_layout="swizzled")
+
+  def loss(x, w):
+    y = jgg.grouped_dense(x, w, sizes, recipe=recipe)
+    return jnp.sum(y.astype(jnp.float32) * jnp.linspace(-1, 1, N))
+
+  step = lambda: jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+  with jax.default_device(CPU):
+    monkeypatch.delenv(mxfp8_gemm.BACKEND_ENV, raising=False)
+    expected = step()(x, w)
+    monkeypatch.setenv(mxfp8_gemm.BACKEND_ENV, "blockscaled_sm100")
+    hlo = step().lower(x, w).as_text()
+    got = step()(x, w)
+  assert hlo.count(_native.MXFP8_BLOCKSCALED_TARGET) == 3, "forward, dgrad and wgrad"
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2 * np.abs(b).max())
