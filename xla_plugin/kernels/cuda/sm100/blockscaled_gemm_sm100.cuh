@@ -31,6 +31,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 #include "xla_plugin/common/mxfp8_blockscaled_problem.h"
+#include "xla_plugin/kernels/cuda/cutlass_grouped.cuh"
 #include "xla_plugin/kernels/cuda/ragged_schedule.cuh"
 #include "xla_plugin/kernels/cuda/sm100/blockscaled_gemm_sm100.h"
 
@@ -121,26 +122,16 @@ struct ProblemArrays {
   typename G::LayoutSFB* layout_b_scales;
 
   static ProblemArrays Carve(char* region, int64_t count) {
-    static_assert(sizeof(typename G::Shape3) + 5 * sizeof(void*) + sizeof(typename G::StrideA) +
-                      sizeof(typename G::StrideB) + sizeof(typename G::StrideD) +
-                      sizeof(typename G::LayoutSFA) + sizeof(typename G::LayoutSFB) + 11 * 16 <=
-                  mxfp8::kBlockScaledArgumentBytes, "kBlockScaledArgumentBytes is too small");
+    static_assert(CarvedBytesPerProblem<typename G::Shape3, void*, void*, void*, void*, void*,
+                                        typename G::StrideA, typename G::StrideB,
+                                        typename G::StrideD, typename G::LayoutSFA,
+                                        typename G::LayoutSFB>() <=
+                      mxfp8::kBlockScaledArgumentBytes,
+                  "kBlockScaledArgumentBytes is too small");
     ProblemArrays arrays;
-    auto take = [&](auto*& field) {
-      field = reinterpret_cast<std::remove_reference_t<decltype(field)>>(region);
-      region += (count * sizeof(*field) + 15) / 16 * 16;
-    };
-    take(arrays.shapes);
-    take(arrays.a);
-    take(arrays.b);
-    take(arrays.a_scales);
-    take(arrays.b_scales);
-    take(arrays.d);
-    take(arrays.stride_a);
-    take(arrays.stride_b);
-    take(arrays.stride_d);
-    take(arrays.layout_a_scales);
-    take(arrays.layout_b_scales);
+    CarveArrays(region, count, arrays.shapes, arrays.a, arrays.b, arrays.a_scales,
+                arrays.b_scales, arrays.d, arrays.stride_a, arrays.stride_b, arrays.stride_d,
+                arrays.layout_a_scales, arrays.layout_b_scales);
     return arrays;
   }
 };
@@ -202,10 +193,6 @@ __global__ void __launch_bounds__(kScheduleThreads)
   ZeroBytes(static_cast<char*>(o.out) + g * bytes, 0, bytes, blockIdx.x, gridDim.x);
 }
 
-inline cudaError_t FromCutlass(cutlass::Status status) {
-  return status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorNotSupported;
-}
-
 inline cute::UMMA::MXF8F6F4Format RuntimeFormat(mxfp8::Fp8Format f) {
   return f == mxfp8::Fp8Format::kE4M3 ? cute::UMMA::MXF8F6F4Format::E4M3
                                       : cute::UMMA::MXF8F6F4Format::E5M2;
@@ -242,23 +229,11 @@ cudaError_t BlockScaledGrouped(const mxfp8::BlockScaledProblem& p,
   args.mainloop.layout_SFB = arrays.layout_b_scales;
   args.mainloop.runtime_data_type_a = RuntimeFormat(p.lhs_format);
   args.mainloop.runtime_data_type_b = RuntimeFormat(p.rhs_format);
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = nullptr;
-  args.epilogue.ptr_D = arrays.d;
-  args.epilogue.dD = arrays.stride_d;
+  SetPlainEpilogue(args, arrays.d, arrays.stride_d);
   args.hw_info.device_id = device;
   args.hw_info.sm_count = sm_count;
 
-  typename G::Gemm gemm;
-  if (G::Gemm::get_workspace_size(args) > static_cast<size_t>(kCutlassWorkspaceBytes))
-    return cudaErrorMemoryAllocation;  // the static bound in workspace.h is too small
-  if (cudaError_t e = FromCutlass(gemm.can_implement(args)); e != cudaSuccess) return e;
-  if (cudaError_t e = FromCutlass(gemm.initialize(args, cutlass_workspace, stream));
-      e != cudaSuccess)
-    return e;
-  return FromCutlass(gemm.run(stream));
+  return RunCutlass<typename G::Gemm>(args, cutlass_workspace, stream);
 }
 
 }  // namespace jgg::cuda::sm100

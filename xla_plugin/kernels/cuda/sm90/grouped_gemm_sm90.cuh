@@ -25,6 +25,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 #include "xla_plugin/common/workspace.h"
+#include "xla_plugin/kernels/cuda/cutlass_grouped.cuh"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
 
 namespace jgg::cuda::sm90 {
@@ -108,21 +109,13 @@ struct ProblemArrays {
   typename G::StrideD* stride_d;
 
   static ProblemArrays Carve(char* region, int64_t count) {
-    static_assert(sizeof(typename G::Shape3) + 3 * sizeof(void*) + sizeof(typename G::StrideA) +
-                      sizeof(typename G::StrideB) + sizeof(typename G::StrideD) + 6 * 16 <=
-                  kProblemArgumentBytes, "kProblemArgumentBytes is too small");
+    static_assert(CarvedBytesPerProblem<typename G::Shape3, void*, void*, void*,
+                                        typename G::StrideA, typename G::StrideB,
+                                        typename G::StrideD>() <= kProblemArgumentBytes,
+                  "kProblemArgumentBytes is too small");
     ProblemArrays arrays;
-    auto take = [&](auto*& field) {
-      field = reinterpret_cast<std::remove_reference_t<decltype(field)>>(region);
-      region += (count * sizeof(*field) + 15) / 16 * 16;
-    };
-    take(arrays.shapes);
-    take(arrays.a);
-    take(arrays.b);
-    take(arrays.d);
-    take(arrays.stride_a);
-    take(arrays.stride_b);
-    take(arrays.stride_d);
+    CarveArrays(region, count, arrays.shapes, arrays.a, arrays.b, arrays.d, arrays.stride_a,
+                arrays.stride_b, arrays.stride_d);
     return arrays;
   }
 };
@@ -167,10 +160,6 @@ inline bool RasterAlongN() {
   return value;
 }
 
-inline cudaError_t FromCutlass(cutlass::Status status) {
-  return status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorNotSupported;
-}
-
 // Prepares the problems (PrepareProblemsKernel), then runs the grouped GEMM.
 template <class G, class Problems>
 cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
@@ -188,12 +177,7 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.problem_shape = {static_cast<int>(count), arrays.shapes, nullptr};  // shapes on device only
   args.mainloop = {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b};
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = nullptr;
-  args.epilogue.ptr_D = arrays.d;
-  args.epilogue.dD = arrays.stride_d;
+  SetPlainEpilogue(args, arrays.d, arrays.stride_d);
   args.scheduler.max_swizzle_size = 1;
   args.scheduler.raster_order = RasterAlongN()
                                     ? cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN
@@ -201,14 +185,7 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   args.hw_info.device_id = launch.device;
   args.hw_info.sm_count = launch.sm_count;
 
-  typename G::Gemm gemm;
-  if (G::Gemm::get_workspace_size(args) > static_cast<size_t>(kCutlassWorkspaceBytes))
-    return cudaErrorMemoryAllocation;  // the static bound in workspace.h is too small
-  if (cudaError_t e = FromCutlass(gemm.can_implement(args)); e != cudaSuccess) return e;
-  if (cudaError_t e = FromCutlass(gemm.initialize(args, launch.cutlass_workspace, launch.stream));
-      e != cudaSuccess)
-    return e;
-  return FromCutlass(gemm.run(launch.stream));
+  return RunCutlass<typename G::Gemm>(args, launch.cutlass_workspace, launch.stream);
 }
 
 }  // namespace jgg::cuda::sm90
