@@ -1,7 +1,8 @@
 // What every CUTLASS grouped launch of ours shares, whatever the architecture (sm90/ and
 // sm100/): per-problem argument arrays carved out of our workspace, the epilogue D = acc with
-// no source operand, and running the kernel on our workspace with CUTLASS's status as a CUDA
-// error. Header-only; included by the instantiation headers after CUTLASS's.
+// no source operand, running the kernel on our workspace with CUTLASS's status as a CUDA
+// error, and CUTLASS's names of our element types. Header-only; included by the
+// instantiation headers after CUTLASS's.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_CUTLASS_GROUPED_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_CUTLASS_GROUPED_CUH_
 
@@ -12,9 +13,17 @@
 #include <type_traits>
 
 #include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "xla_plugin/common/element_types.h"
 #include "xla_plugin/common/workspace.h"
 
 namespace jgg::cuda {
+
+// CUTLASS's element type of each of ours.
+template <ElementType> struct CutlassElement;
+template <> struct CutlassElement<ElementType::kBF16> { using type = cutlass::bfloat16_t; };
+template <> struct CutlassElement<ElementType::kF16> { using type = cutlass::half_t; };
+template <> struct CutlassElement<ElementType::kF32> { using type = float; };
 
 // Points each field at `count` elements of `region`, one after another, 16-byte aligned.
 template <class... Fields>

@@ -3,6 +3,7 @@
 #include "xla_plugin/kernels/cuda/mxfp8_blockscaled_cuda.h"
 
 #ifdef JGG_WITH_SM100
+#include "xla_plugin/kernels/cuda/device_info.h"
 #include "xla_plugin/kernels/cuda/sm100/blockscaled_gemm_sm100.h"
 #endif
 
@@ -14,12 +15,13 @@ using mxfp8::BlockScaledGemm;
 
 template <BlockScaledGemm kGemm>
 cudaError_t WithResultType(const mxfp8::BlockScaledProblem& p, const mxfp8::BlockScaledOperands& o,
-                           int device, int sm_count, cudaStream_t stream) {
+                           const DeviceInfo& info, cudaStream_t stream) {
+  const int device = info.device, sms = info.sm_count;
   switch (p.out_type) {
     case ElementType::kBF16:
-      return sm100::BlockScaledGrouped<kGemm, ElementType::kBF16>(p, o, device, sm_count, stream);
+      return sm100::BlockScaledGrouped<kGemm, ElementType::kBF16>(p, o, device, sms, stream);
     case ElementType::kF32:
-      return sm100::BlockScaledGrouped<kGemm, ElementType::kF32>(p, o, device, sm_count, stream);
+      return sm100::BlockScaledGrouped<kGemm, ElementType::kF32>(p, o, device, sms, stream);
     case ElementType::kF16:
       break;
   }
@@ -30,26 +32,17 @@ cudaError_t WithResultType(const mxfp8::BlockScaledProblem& p, const mxfp8::Bloc
 
 cudaError_t LaunchMxfp8BlockScaled(const mxfp8::BlockScaledProblem& p,
                                    const mxfp8::BlockScaledOperands& o, cudaStream_t stream) {
-  int device = 0, major = 0, minor = 0, sm_count = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-      e != cudaSuccess)
-    return e;
-  if (cudaError_t e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-      e != cudaSuccess)
-    return e;
-  if (major != 10 || minor != 0) return cudaErrorNotSupported;  // sm_100a code runs on 10.0 only
-  if (cudaError_t e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-      e != cudaSuccess)
-    return e;
+  DeviceInfo info;
+  if (cudaError_t e = QueryDevice(&info); e != cudaSuccess) return e;
+  if (info.major != 10 || info.minor != 0) return cudaErrorNotSupported;  // sm_100a: 10.0 only
   if (p.k % 16 != 0 || p.n % 16 != 0) return cudaErrorInvalidValue;
   switch (p.gemm) {
     case BlockScaledGemm::kForward:
-      return WithResultType<BlockScaledGemm::kForward>(p, o, device, sm_count, stream);
+      return WithResultType<BlockScaledGemm::kForward>(p, o, info, stream);
     case BlockScaledGemm::kDgrad:
-      return WithResultType<BlockScaledGemm::kDgrad>(p, o, device, sm_count, stream);
+      return WithResultType<BlockScaledGemm::kDgrad>(p, o, info, stream);
     case BlockScaledGemm::kWgrad:
-      return WithResultType<BlockScaledGemm::kWgrad>(p, o, device, sm_count, stream);
+      return WithResultType<BlockScaledGemm::kWgrad>(p, o, info, stream);
   }
   return cudaErrorInvalidValue;
 }

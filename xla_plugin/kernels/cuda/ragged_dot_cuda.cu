@@ -5,13 +5,13 @@
 // captured command buffer.
 #include "xla_plugin/kernels/cuda/ragged_dot_cuda.h"
 
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
 #include "xla_plugin/common/workspace.h"
+#include "xla_plugin/kernels/cuda/device_info.h"
 #include "xla_plugin/kernels/cuda/ragged_dot_simt.h"
 #include "xla_plugin/kernels/cuda/ragged_k_streamed.h"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
@@ -21,33 +21,6 @@ namespace {
 
 constexpr int64_t kMaxGridYZ = 65535;
 constexpr int64_t kMaxInt32 = 2147483647;
-constexpr int kMaxDevices = 64;
-
-struct DeviceInfo {
-  int device;
-  int sm_count;
-  bool hopper;  // compute capability 9.x: wgmma and TMA
-};
-
-// Attributes are host queries (no stream work), cached per device ordinal.
-cudaError_t QueryDevice(DeviceInfo* info) {
-  static std::atomic<int> sm_count[kMaxDevices], major[kMaxDevices];
-  if (cudaError_t e = cudaGetDevice(&info->device); e != cudaSuccess) return e;
-  const int d = info->device;
-  if (d >= kMaxDevices) return cudaErrorInvalidDevice;
-  if (sm_count[d].load() == 0) {
-    int sms = 0, cc = 0;
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d);
-        e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, d);
-        e != cudaSuccess) return e;
-    major[d].store(cc);
-    sm_count[d].store(sms);
-  }
-  info->sm_count = sm_count[d].load();
-  info->hopper = major[d].load() == 9;
-  return cudaSuccess;
-}
 
 // JGG_CUDA_KERNELS=simt forces the SIMT kernels (to test one path against the other).
 bool TensorCorePathEnabled() {
@@ -73,7 +46,7 @@ bool TensorCoreTypes(ElementType in, ElementType out) {
 bool TensorCoreFriendly(const DeviceInfo& info, ElementType in, ElementType out,
                         const RaggedOperands& o, int64_t row_length_a, int64_t row_length_b,
                         int64_t num_problems) {
-  return TensorCorePathEnabled() && info.hopper && TensorCoreTypes(in, out) &&
+  return TensorCorePathEnabled() && info.major == 9 && TensorCoreTypes(in, out) &&
          row_length_a % 8 == 0 && row_length_b % 8 == 0 && Aligned16(o.lhs) &&
          Aligned16(o.rhs) && Aligned16(o.out) && num_problems <= kMaxGridYZ;
 }

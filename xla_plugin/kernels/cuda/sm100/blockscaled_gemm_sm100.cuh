@@ -10,8 +10,8 @@
 // (MMA.MXF8F6F4 takes 8-bit operands in either major). Each operand's scales are its group's
 // own padded scale matrix, swizzled: the 128x4 interleave is CUTLASS's Sm1xxBlkScaledConfig
 // scale layout, 128-row tiles in order with the contracted dimension's tiles fastest (checked
-// on the host by ScaleLayoutMismatches, tests/test_mxfp8_blockscaled.py). Operand element
-// types (e4m3, e5m2) are runtime arguments of one instantiation.
+// on the host by BlockScaledScaleLayoutMismatches, tests/test_mxfp8_blockscaled.py). Operand
+// element types (e4m3, e5m2) are runtime arguments of one instantiation.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM100_BLOCKSCALED_GEMM_SM100_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_SM100_BLOCKSCALED_GEMM_SM100_CUH_
 
@@ -39,10 +39,6 @@ namespace jgg::cuda::sm100 {
 
 using namespace cute;  // NOLINT: CUTLASS's shape vocabulary (Shape, _128, ...)
 using mxfp8::BlockScaledGemm;
-
-template <ElementType> struct CutlassElement;
-template <> struct CutlassElement<ElementType::kBF16> { using type = cutlass::bfloat16_t; };
-template <> struct CutlassElement<ElementType::kF32> { using type = float; };
 
 // CUTLASS layout tags of A and B per GEMM (B is K x N: RowMajor is N-major).
 template <BlockScaledGemm kGemm> struct OperandLayouts;
@@ -137,8 +133,8 @@ struct ProblemArrays {
 };
 
 // The ragged-GEMM view of p, for the shared schedule and zero-fill code.
-__device__ inline RaggedMProblem AsRaggedM(const mxfp8::BlockScaledProblem& p, ElementType out) {
-  return {1, p.rows, p.k, p.n, p.num_groups, p.num_groups, false, out, out};
+__device__ inline RaggedMProblem AsRaggedM(const mxfp8::BlockScaledProblem& p) {
+  return {1, p.rows, p.k, p.n, p.num_groups, p.num_groups, false, p.out_type, p.out_type};
 }
 
 __device__ inline RaggedOperands AsRaggedOperands(const mxfp8::BlockScaledOperands& o) {
@@ -154,7 +150,7 @@ __global__ void __launch_bounds__(kScheduleThreads)
     PrepareBlockScaledKernel(mxfp8::BlockScaledProblem p, mxfp8::BlockScaledOperands o,
                              ProblemArrays<G> out) {
   if constexpr (kGemm != BlockScaledGemm::kWgrad) {
-    ZeroUncoveredRows(AsRaggedM(p, p.out_type), AsRaggedOperands(o), sizeof(typename G::D), 0,
+    ZeroUncoveredRows(AsRaggedM(p), AsRaggedOperands(o), sizeof(typename G::D), 0,
                       blockIdx.x, gridDim.x);
   }
   if (blockIdx.x != 0) return;

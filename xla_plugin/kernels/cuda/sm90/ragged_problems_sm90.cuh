@@ -88,11 +88,6 @@ struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
   }
 };
 
-template <ElementType> struct CutlassElement;
-template <> struct CutlassElement<ElementType::kBF16> { using type = cutlass::bfloat16_t; };
-template <> struct CutlassElement<ElementType::kF16> { using type = cutlass::half_t; };
-template <> struct CutlassElement<ElementType::kF32> { using type = float; };
-
 template <Tile> struct TileConfigOf;
 template <> struct TileConfigOf<Tile::kCoop128x256> { using type = Cooperative128x256; };
 template <> struct TileConfigOf<Tile::kPingpong64x128> { using type = Pingpong64x128; };
