@@ -1,7 +1,7 @@
 """The CUDA MXFP8 kernels, run on the CPU under a SIMT emulator, against the CPU kernels.
 
-tests/emulation/ compiles xla_plugin/kernels/cuda/mxfp8_kernels.cuh unchanged with g++ (one
-std::thread per CUDA thread, barriers for __syncthreads and warp shuffles, NVIDIA's host
+tests/emulation/ compiles xla_plugin/kernels/cuda/mxfp8_kernels.cuh unchanged with g++ (one fiber
+per CUDA thread, barriers for __syncthreads and warp shuffles, NVIDIA's host
 reference of the fp8 conversions), so CI without a GPU still checks the CUDA kernels' tiling,
 in-kernel group prefix sums, 16-byte vector and scalar paths and scale-padding ownership. The
 hardware instructions themselves are checked on the GPU (test_mxfp8*.py run there unchanged).
@@ -58,19 +58,31 @@ def emulator(tmp_path_factory):
   i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
   lib.EmulateMxfp8Quantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32, i32] + [ptr] * 6
   lib.EmulateMxfp8Dequantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32] + [ptr] * 4
-  lib.SetEmulatedJobCounter.argtypes = [i32]
+  lib.SetEmulatedJobCounter.argtypes = [i32, ctypes.c_uint64, i32]
   lib.EmulateExactScalingMismatches.argtypes = [i32, i32, ctypes.POINTER(i64)]
   lib.EmulateExactScalingMismatches.restype = i64
   return lib
 
 
-@pytest.fixture(params=["static", "dynamic"])
+# name: (job counter passed, its value at launch, CTAs last to first)
+JOB_SPLITS = {
+    "static": (False, 0, False),  # each CTA's static share (_v1)
+    "dynamic": (True, 0, False),
+    # The CUDA launches pass the workspace's counter as they find it. With CTA 0 last, every
+    # other CTA takes indices before CTA 0 sets the counter: one past the end (then 0, 1, ...
+    # from the wrapped counter: jobs done twice), or jobs in range from the start.
+    "counter_past_end": (True, 2**64 - 1, True),
+    "counter_far_past_end": (True, 2**63, True),  # only CTA 0 does the dynamic jobs
+    "counter_in_range": (True, 1, True),
+}
+
+
+@pytest.fixture(params=JOB_SPLITS)
 def job_split(request, emulator):
-  """Runs a test under both job splits of the kernels: each CTA's static share, and jobs taken
-  from a zeroed counter (what the CUDA launches pass)."""
-  emulator.SetEmulatedJobCounter(request.param == "dynamic")
+  """Runs a test under every job split of the kernels."""
+  emulator.SetEmulatedJobCounter(*JOB_SPLITS[request.param])
   yield request.param
-  emulator.SetEmulatedJobCounter(0)
+  emulator.SetEmulatedJobCounter(False, 0, False)
 
 
 def _address(a):

@@ -11,14 +11,16 @@ using namespace jgg::cuda::mxfp8_kernels;  // NOLINT
 // and small calls still get one job per CTA.
 constexpr int64_t kResidentCtas = 3;
 
-// Launches pass a zeroed job counter (the dynamic job split) when set, none (static) otherwise.
+// Launches pass a job counter starting at g_counter_start (the dynamic job split) when set,
+// none (static) otherwise.
 bool g_job_counter = false;
+unsigned long long g_counter_start = 0;
 
 // Runs kernel(grid, args...) on every CTA of `grid`, as the CUDA launch would; returns the CTA
 // width, negative for wide tiles (the tests' coverage checks).
 template <typename Kernel, typename Operands, typename... Args>
 int EmulateJobs(Kernel kernel, Grid grid, Operands ops, Args... args) {
-  unsigned long long counter = 0;
+  unsigned long long counter = g_counter_start;
   ops.job_counter = g_job_counter ? &counter : nullptr;
   SetCtas(grid, kResidentCtas, DynamicJobs(grid, ops.job_counter));
   simt::Launch(grid.ctas, grid.threads, [&] { kernel(grid, ops, args...); });
@@ -55,7 +57,13 @@ jgg::mxfp8::GroupedShape Shape(int layout, int64_t groups, int64_t rows, int64_t
 
 }  // namespace
 
-extern "C" void SetEmulatedJobCounter(int on) { g_job_counter = on != 0; }
+// on: a job counter starting at `start` (any value: the kernels need no zeroed counter);
+// reverse: CTAs run last to first, so all but CTA 0 take indices from the counter as found.
+extern "C" void SetEmulatedJobCounter(int on, unsigned long long start, int reverse) {
+  g_job_counter = on != 0;
+  g_counter_start = start;
+  simt::reverse_cta_order = reverse != 0;
+}
 
 // Returns the CTA width used (threads), for the tests' coverage checks.
 extern "C" int EmulateMxfp8Quantize(int layout, int64_t groups, int64_t rows, int64_t cols,

@@ -1,5 +1,5 @@
 // Runs CUDA kernels on the CPU for tests. Each CUDA thread of a CTA is a fiber (ucontext) on
-// the calling OS thread, CTAs run one after another; __syncthreads and warp shuffles are
+// the calling OS thread, CTAs run one after another (either order); __syncthreads and warp shuffles are
 // barriers at which a fiber yields until every live thread of its block (or warp) has arrived,
 // and a pass with no progress aborts as a deadlock. __shared__ variables are statics (one CTA
 // lives at a time). Covers what kernels written in this style use: threadIdx/blockIdx/
@@ -105,6 +105,9 @@ inline void FiberMain() {
   ++cta->events;
 }  // returns to uc_link: the scheduler
 
+// CTAs run in blockIdx order, or last to first when set (a kernel must not depend on either).
+inline bool reverse_cta_order = false;
+
 // Runs kernel() for every thread of `ctas` CTAs of `threads` threads (a multiple of 32).
 template <typename Kernel>
 void Launch(int64_t ctas, int threads, Kernel kernel) {
@@ -114,7 +117,8 @@ void Launch(int64_t ctas, int threads, Kernel kernel) {
   for (Fiber& f : state.fibers) f.stack.resize(kStackBytes);
   state.kernel = kernel;
   cta = &state;
-  for (int64_t b = 0; b < ctas; ++b) {
+  for (int64_t i = 0; i < ctas; ++i) {
+    const int64_t b = reverse_cta_order ? ctas - 1 - i : i;
     blockIdx = make_uint3(static_cast<unsigned>(b), 0, 0);
     state.block = Barrier{threads};
     state.warps.assign(threads / 32, Barrier{32});
@@ -179,6 +183,11 @@ T __ldg(const T* p) { return *p; }
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   const unsigned long long old = *p;
   *p += v;
+  return old;
+}
+inline unsigned long long atomicExch(unsigned long long* p, unsigned long long v) {
+  const unsigned long long old = *p;
+  *p = v;
   return old;
 }
 inline float __uint_as_float(uint32_t v) { float f; std::memcpy(&f, &v, 4); return f; }
