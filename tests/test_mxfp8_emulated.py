@@ -58,22 +58,17 @@ def emulator(tmp_path_factory):
   i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
   lib.EmulateMxfp8Quantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32, i32] + [ptr] * 6
   lib.EmulateMxfp8Dequantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32] + [ptr] * 4
-  lib.SetEmulatedJobCounter.argtypes = [i32, ctypes.c_uint64, i32]
+  lib.SetEmulatedJobCounter.argtypes = [i32, i32]
   lib.EmulateExactScalingMismatches.argtypes = [i32, i32, ctypes.POINTER(i64)]
   lib.EmulateExactScalingMismatches.restype = i64
   return lib
 
 
-# name: (job counter passed, its value at launch, CTAs last to first)
+# name: (job counter passed, CTAs last to first)
 JOB_SPLITS = {
-    "static": (False, 0, False),  # each CTA's static share (_v1)
-    "dynamic": (True, 0, False),
-    # The CUDA launches pass the workspace's counter as they find it. With CTA 0 last, every
-    # other CTA takes indices before CTA 0 sets the counter: one past the end (then 0, 1, ...
-    # from the wrapped counter: jobs done twice), or jobs in range from the start.
-    "counter_past_end": (True, 2**64 - 1, True),
-    "counter_far_past_end": (True, 2**63, True),  # only CTA 0 does the dynamic jobs
-    "counter_in_range": (True, 1, True),
+    "static": (False, False),  # each CTA's static share (_v1)
+    "dynamic": (True, False),  # jobs from a zeroed counter (what the CUDA launches pass)
+    "dynamic_reversed": (True, True),  # the same, CTA 0 last: no reliance on CTA order
 }
 
 
@@ -82,7 +77,7 @@ def job_split(request, emulator):
   """Runs a test under every job split of the kernels."""
   emulator.SetEmulatedJobCounter(*JOB_SPLITS[request.param])
   yield request.param
-  emulator.SetEmulatedJobCounter(False, 0, False)
+  emulator.SetEmulatedJobCounter(False, False)
 
 
 def _address(a):
@@ -123,16 +118,17 @@ def emulate(emulator, x, group_sizes, layout, fp8_dtype, rowwise, colwise, swizz
 
 
 def emulate_dequantize(emulator, q, out_dtype, colwise):
+  """(the emulated CUDA dequantize's output, its kernel width as emulate() returns it)."""
   data, scales = (np.asarray(a) for a in q.orientation(colwise))
   data = np.ascontiguousarray(data.view(np.uint8))
   sizes = None if q.group_sizes is None else np.asarray(q.group_sizes, np.int32)
   groups, rows, cols = _call_dims(q.layout, q.shape, sizes)
   out = np.full(q.shape, np.nan, out_dtype)
-  emulator.EmulateMxfp8Dequantize(LAYOUT_CODES[q.layout], groups, rows, cols,
-                                  FP8_CODES[q.dtype.name], colwise, q.scale_layout == "swizzled",
-                                  IN_CODES[jnp.dtype(out_dtype).name], data.ctypes.data,
-                                  scales.ctypes.data, _address(sizes), out.ctypes.data)
-  return out
+  width = emulator.EmulateMxfp8Dequantize(
+      LAYOUT_CODES[q.layout], groups, rows, cols, FP8_CODES[q.dtype.name], colwise,
+      q.scale_layout == "swizzled", IN_CODES[jnp.dtype(out_dtype).name], data.ctypes.data,
+      scales.ctypes.data, _address(sizes), out.ctypes.data)
+  return out, width
 
 
 def _values(seed, shape, dtype):
@@ -174,6 +170,10 @@ CASES = {
     # Wide tiles with more groups (300) than their CTA has threads (128).
     "many_groups_wide": ("varying_first", (700, 256), "bfloat16",
                          np.random.default_rng(1).integers(-2, 6, size=300)),
+    # 768 columns: dequantize in 256-column tiles of 8-byte chunks (512-column tiles would
+    # leave a third of the lanes idle); 256 columns (dense_vector) take them too.
+    "dense_768": ("dense", (40, 768), "bfloat16", None),
+    "varying_first_768": ("varying_first", (130, 768), "float16", [33, 0, 60, 7]),
     # Rows that are not whole 16-byte chunks: 8-byte strips, 64- and 128-thread CTAs.
     "dense_strips_64": ("dense", (40, 202), "bfloat16", None),
     "dense_strips_128": ("dense", (40, 482), "float16", None),
@@ -216,7 +216,7 @@ def test_emulated_cuda_kernels_equal_the_cpu_kernels(emulator, job_split, case):
     _assert_same(emulated, q)
     for c in [c for c in (False, True) if (rowwise, colwise)[c]]:
       for out_dtype in (np.float32, jnp.bfloat16, np.float16):
-        got = emulate_dequantize(emulator, q, jnp.dtype(out_dtype), c)
+        got, _ = emulate_dequantize(emulator, q, jnp.dtype(out_dtype), c)
         want = np.asarray(mxfp8.dequantize(q, out_dtype, colwise=c))
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
@@ -232,19 +232,38 @@ def test_emulated_unaligned_input_takes_the_scalar_path(emulator, job_split, in_
 
 
 def test_emulation_covers_both_kernel_families(emulator):
-  """The cases above run the wide kernels (16-byte chunks, 128-thread CTAs) and the strip
-  kernels at 32-, 64-, 96- and 128-thread CTAs (more groups than threads included)."""
-  def width(case):
+  """The cases above run the wide kernels (16-byte chunks, 128-thread CTAs; dequantize also
+  8-byte chunks) and the strip kernels at 32-, 64-, 96- and 128-thread CTAs (more groups than
+  threads included). Widths as emulate() returns them: strips the CTA's threads, wide tiles
+  minus their columns."""
+  def quantize_width(case):
     layout, shape, in_dtype, sizes = CASES[case]
     x = _values(1, shape, jnp.dtype(in_dtype))
     return emulate(emulator, x, sizes, layout, jnp.float8_e4m3fn, True, False, False)[1]
 
-  wide = {case: width(case) for case in ("dense_vector", "dense_f32_wide", "varying_first_wide",
-                                         "same_dims_wide", "varying_both_wide", "many_groups_wide")}
-  assert set(wide.values()) == {-128}, wide  # negative: wide tiles
-  strips = {width(case) for case in ("varying_first_odd", "dense_strips_64", "dense_scalar_stride",
-                                     "varying_last", "dense_strips_128")}
+  def dequantize_width(case):
+    layout, shape, in_dtype, sizes = CASES[case]
+    q = _library_quantize(_values(1, shape, jnp.dtype(in_dtype)), sizes, layout,
+                          jnp.float8_e4m3fn, True, True, "compact")
+    widths = {emulate_dequantize(emulator, q, jnp.dtype(jnp.bfloat16), c)[1] for c in (0, 1)}
+    assert len(widths) == 1, widths
+    return widths.pop()
+
+  wide = {case: quantize_width(case) for case in ("dense_vector", "dense_f32_wide",
+                                               "varying_first_wide", "same_dims_wide",
+                                               "varying_both_wide", "many_groups_wide",
+                                               "dense_768")}
+  assert set(wide.values()) == {-256, -128}, wide  # bf16/f16: 256 columns, f32: 128
+  strips = {quantize_width(case) for case in ("varying_first_odd", "dense_strips_64",
+                                           "dense_scalar_stride", "varying_last",
+                                           "dense_strips_128")}
   assert strips == {32, 64, 96, 128}
+  dequantize = {case: dequantize_width(case) for case in ("varying_first_wide", "dense_768",
+                                                          "varying_first_768", "dense_vector",
+                                                          "dense_strips_128")}
+  assert dequantize == {"varying_first_wide": -512, "dense_768": -256,
+                        "varying_first_768": -256, "dense_vector": -256,
+                        "dense_strips_128": 128}, dequantize
 
 
 # Scales whose dequantization the kernels do with integer operations and one multiply (every

@@ -11,20 +11,18 @@ using namespace jgg::cuda::mxfp8_kernels;  // NOLINT
 // and small calls still get one job per CTA.
 constexpr int64_t kResidentCtas = 3;
 
-// Launches pass a job counter starting at g_counter_start (the dynamic job split) when set,
-// none (static) otherwise.
+// Launches pass a zeroed job counter (the dynamic job split) when set, none (static) otherwise.
 bool g_job_counter = false;
-unsigned long long g_counter_start = 0;
 
 // Runs kernel(grid, args...) on every CTA of `grid`, as the CUDA launch would; returns the CTA
-// width, negative for wide tiles (the tests' coverage checks).
+// width for strips, minus the tile width in columns for wide tiles (the tests' coverage checks).
 template <typename Kernel, typename Operands, typename... Args>
 int EmulateJobs(Kernel kernel, Grid grid, Operands ops, Args... args) {
-  unsigned long long counter = g_counter_start;
+  unsigned long long counter = 0;
   ops.job_counter = g_job_counter ? &counter : nullptr;
   SetCtas(grid, kResidentCtas, DynamicJobs(grid, ops.job_counter));
   simt::Launch(grid.ctas, grid.threads, [&] { kernel(grid, ops, args...); });
-  return grid.wide ? -grid.threads : grid.threads;
+  return grid.wide ? -static_cast<int>(grid.tile_cols) : grid.threads;
 }
 
 struct EmulatedQuantize {
@@ -44,8 +42,13 @@ struct EmulatedDequantize {
   template <typename Out, jgg::mxfp8::Fp8Format kFormat>
   int Run() {
     const Grid grid = DequantizeGrid(p, o);
+    if (grid.wide && grid.tile_cols == 32 * kWideDequantChunk) {
+      return EmulateJobs(DequantizeWideKernel<Out, kFormat, kWideDequantChunk>, grid, o,
+                         p.colwise, p.swizzled);
+    }
     if (grid.wide) {
-      return EmulateJobs(DequantizeWideKernel<Out, kFormat>, grid, o, p.colwise, p.swizzled);
+      return EmulateJobs(DequantizeWideKernel<Out, kFormat, kWideDequantHalfChunk>, grid, o,
+                         p.colwise, p.swizzled);
     }
     return EmulateJobs(DequantizeKernel<Out, kFormat>, grid, o, p.colwise, p.swizzled);
   }
@@ -57,15 +60,13 @@ jgg::mxfp8::GroupedShape Shape(int layout, int64_t groups, int64_t rows, int64_t
 
 }  // namespace
 
-// on: a job counter starting at `start` (any value: the kernels need no zeroed counter);
-// reverse: CTAs run last to first, so all but CTA 0 take indices from the counter as found.
-extern "C" void SetEmulatedJobCounter(int on, unsigned long long start, int reverse) {
+// on: a zeroed job counter, else none; reverse: CTAs run last to first.
+extern "C" void SetEmulatedJobCounter(int on, int reverse) {
   g_job_counter = on != 0;
-  g_counter_start = start;
   simt::reverse_cta_order = reverse != 0;
 }
 
-// Returns the CTA width used (threads), for the tests' coverage checks.
+// Return the kernel family and width (EmulateJobs), for the tests' coverage checks.
 extern "C" int EmulateMxfp8Quantize(int layout, int64_t groups, int64_t rows, int64_t cols,
                                     int in_type, int format, int rowwise, int colwise, int swizzled,
                                     const void* x, const int32_t* group_sizes, uint8_t* row_data,

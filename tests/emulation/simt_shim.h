@@ -1,9 +1,9 @@
 // Runs CUDA kernels on the CPU for tests. Each CUDA thread of a CTA is a fiber (ucontext) on
-// the calling OS thread, CTAs run one after another (either order); __syncthreads and warp shuffles are
-// barriers at which a fiber yields until every live thread of its block (or warp) has arrived,
-// and a pass with no progress aborts as a deadlock. __shared__ variables are statics (one CTA
-// lives at a time). Covers what kernels written in this style use: threadIdx/blockIdx/
-// blockDim, __syncthreads, __shfl_{xor,up}_sync over full warps, __ldg, and the fp8/fp16/bf16
+// the calling OS thread, CTAs run one after another (in either order); __syncthreads and warp
+// shuffles are barriers at which a fiber yields until every live thread of its block (or warp)
+// has arrived, and a pass with no progress aborts as a deadlock. __shared__ variables are
+// statics (one CTA lives at a time). Covers what kernels written in this style use:
+// threadIdx/blockIdx/blockDim, __syncthreads, __shfl_{xor,up}_sync over full warps, __ldg, and the fp8/fp16/bf16
 // conversion intrinsics (their host paths: NVIDIA's software reference of the instructions).
 // Include it before the kernel header; compile with g++ -std=c++20 -ffp-contract=off.
 #ifndef JGG_TESTS_EMULATION_SIMT_SHIM_H_
@@ -183,11 +183,6 @@ T __ldg(const T* p) { return *p; }
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   const unsigned long long old = *p;
   *p += v;
-  return old;
-}
-inline unsigned long long atomicExch(unsigned long long* p, unsigned long long v) {
-  const unsigned long long old = *p;
-  *p = v;
   return old;
 }
 inline float __uint_as_float(uint32_t v) { float f; std::memcpy(&f, &v, 4); return f; }

@@ -104,10 +104,14 @@ struct DequantizeLaunch {
   cudaError_t Run() {
     Grid grid = DequantizeGrid(p, o, WideAllowed());
     if (grid.jobs == 0) return cudaSuccess;
-    static KernelState wide_state, strip_state;
+    static KernelState wide_state, half_wide_state, strip_state;
+    if (grid.wide && grid.tile_cols == 32 * kWideDequantChunk) {
+      return LaunchJobs(DequantizeWideKernel<Out, kFormat, kWideDequantChunk>, grid, o.job_counter,
+                        wide_state, stream, o, p.colwise, p.swizzled);
+    }
     if (grid.wide) {
-      return LaunchJobs(DequantizeWideKernel<Out, kFormat>, grid, o.job_counter, wide_state,
-                        stream, o, p.colwise, p.swizzled);
+      return LaunchJobs(DequantizeWideKernel<Out, kFormat, kWideDequantHalfChunk>, grid,
+                        o.job_counter, half_wide_state, stream, o, p.colwise, p.swizzled);
     }
     return LaunchJobs(DequantizeKernel<Out, kFormat>, grid, o.job_counter, strip_state, stream,
                       o, p.colwise, p.swizzled);

@@ -10,12 +10,11 @@
 //   both:    one read of the input from DRAM does both (the rows wait in shared memory between
 //            the two passes), nothing is read twice from DRAM.
 // Tiles never span two groups (tiles restart at every group boundary), which is what makes any
-// group size valid. The grid is one wave (as many CTAs as fit on the GPU); after its first two
-// jobs a CTA takes the next from a job counter in the workspace (so CTAs on less loaded SMs take
-// more; ForEachDynamicJob says why the counter needs no zeroing), finding each job's group by a
-// binary search over the groups' prefix sums, computed once per CTA with block-wide scans of the
-// device group sizes (no separate setup launch; without a counter, each CTA does every ctas-th
-// job, locating 16 at a time). The scale bytes
+// group size valid. The grid is one wave (as many CTAs as fit on the GPU); a CTA takes its jobs
+// one after another from a job counter that the handler zeroes (so CTAs on less loaded SMs take
+// more), finding each job's group by a binary search over the groups' prefix sums, computed
+// once per CTA with block-wide scans of the device group sizes (no separate setup launch;
+// without a counter, each CTA does every ctas-th job, locating 16 at a time). The scale bytes
 // that hold no real scale (128x4 tile padding, the unused tail of the worst-case buffer) are
 // zeroed by the CTAs that own them: one launch per call. Tiles wholly inside their group (nearly all) take a path
 // with no per-row bounds or scalar fallbacks: at 4 elements per thread and row, those cost more
@@ -61,7 +60,10 @@ constexpr int64_t kTailChunkBytes = 16384;  // scale bytes one CTA zeroes past t
 // Wide tiles (mxfp8_wide_kernels.cuh): 4 warps of 8 rows each, 16-byte chunks per lane and row.
 constexpr int kWideThreads = kMaxThreads;
 constexpr int kWideRows = kTileRows / (kWideThreads / 32);
-constexpr int kWideDequantChunk = 16;  // fp8 elements per lane and row
+// Dequantize reads 16 fp8 codes per lane and row, or 8 where 512-column tiles would leave lanes
+// idle that 256-column tiles fill (768 columns).
+constexpr int kWideDequantChunk = 16;
+constexpr int kWideDequantHalfChunk = 8;
 
 struct Grid {
   GroupedShape shape;
@@ -334,63 +336,51 @@ __device__ inline TileJob LocateCachedRaggedJob(const Grid& grid, const GroupPre
   return out;
 }
 
-// Runs do_job(job, round, more) for every job of the call: CTA c does jobs c and c + ctas, then
-// whichever job index `counter` hands it next, so CTAs on less loaded SMs take more and all end
-// together. Job indices are asked for two rounds ahead, and prefetch(next, round + 1) runs before
-// do_job(job, round) (more: a next job was prefetched), so a kernel can have the next job's
-// loads in flight while it converts the current one. All threads must call.
-//
-// The counter needs no zeroing before the launch (no memset node per call): it starts with
-// whatever the workspace held, and CTA 0 sets it to the first dynamic index, 2 * ctas, before it
-// asks for one. Every index handed out after that write is a job in order, and CTA 0 keeps
-// asking until they run out, so each of them is done. An index handed out before the write is
-// arbitrary: one past the end stops that CTA's asking (so it cannot take and drop an index of
-// the counter's sequence), one in range does that job a second time, which writes the same bytes
-// (every job is a pure function of the inputs). tests/test_mxfp8_emulated.py runs the kernels
-// with the counter set to such values before CTA 0's write.
+// Runs do_job(job, round, more) for every job of the call, each taken by whichever CTA asks for
+// it next from `counter` (zero at launch): CTAs on less loaded SMs take more jobs, so all end
+// together. Job indices are asked for two rounds ahead, and prefetch(next, round + 1) runs
+// before do_job(job, round) (more: a next job was prefetched), so a kernel can have the next
+// job's loads in flight while it converts the current one. All threads must call.
 template <typename Prefetch, typename DoJob>
 __device__ inline void ForEachDynamicJob(const Grid& grid, const int32_t* group_sizes,
                                          unsigned long long* counter, Prefetch prefetch,
                                          DoJob do_job) {
   __shared__ GroupPrefix prefix;
-  __shared__ unsigned long long fetched[2];  // round r + 2's index, by round parity
-  const unsigned long long jobs = static_cast<unsigned long long>(grid.jobs);
-  const unsigned long long ctas = static_cast<unsigned long long>(grid.ctas);
-  if (threadIdx.x == 0 && blockIdx.x == 0) atomicExch(counter, 2 * ctas);
+  __shared__ unsigned long long fetched[3];  // indices of rounds r, r + 1, r + 2 (mod 3)
   const bool ragged = RaggedLayout(grid.shape);
   if (ragged) BuildGroupPrefix(grid, group_sizes, prefix);
-  const auto locate = [&](unsigned long long index) {
+  if (threadIdx.x == 0) {
+    fetched[0] = atomicAdd(counter, 1ull);
+    fetched[1] = atomicAdd(counter, 1ull);
+  }
+  __syncthreads();
+  const auto locate = [&](int64_t index) {
     TileJob job;
     if (ragged) {
-      job = LocateCachedRaggedJob(grid, prefix, static_cast<int64_t>(index));
+      job = LocateCachedRaggedJob(grid, prefix, index);
     } else {
-      LocateSlotJob(grid, group_sizes, static_cast<int64_t>(index), job);
+      LocateSlotJob(grid, group_sizes, index, job);
     }
     return job;
   };
-  unsigned long long next_index = blockIdx.x + ctas;
-  if (blockIdx.x >= jobs) return;  // every job is some CTA's first: nothing to ask for
-  bool asking = true;  // until the counter hands this CTA an index past the end
-  TileJob job = locate(blockIdx.x);
+  // Indices grow with every fetch: once one is past the end, so are all later ones.
+  if (static_cast<int64_t>(fetched[0]) >= grid.jobs) return;
+  TileJob job = locate(static_cast<int64_t>(fetched[0]));
   prefetch(job, 0);
   for (int round = 0;; ++round) {
-    unsigned long long later = jobs;
-    if (threadIdx.x == 0 && asking) later = atomicAdd(counter, 1ull);
-    const bool more = next_index < jobs;  // the same for every thread
+    const int64_t next_index = static_cast<int64_t>(fetched[(round + 1) % 3]);
+    unsigned long long later = 0;
+    if (threadIdx.x == 0) later = atomicAdd(counter, 1ull);
+    const bool more = next_index < grid.jobs;  // the same for every thread
     TileJob next;
     if (more) {
       next = locate(next_index);
       prefetch(next, round + 1);
     }
     do_job(job, round, more);
-    if (threadIdx.x == 0) fetched[round % 2] = later;
+    if (threadIdx.x == 0) fetched[(round + 2) % 3] = later;
     __syncthreads();  // publishes round + 2's index; the slot written was last read a round ago
-    later = fetched[round % 2];
-    asking = asking && later < jobs;
-    // No next job: the index asked for a round ago was past the end, so this CTA asked for no
-    // other; or, in round 0, the call has under 2 * ctas jobs and the counter has none to give.
     if (!more) return;
-    next_index = later;
     job = next;
   }
 }
@@ -414,8 +404,8 @@ __device__ inline void ForEachStaticJob(const Grid& grid, const int32_t* group_s
 }
 
 // Every job of the call through prefetch / do_job (see ForEachDynamicJob): dynamically when
-// the launch passes a `counter` (whatever it holds) and a ragged call has at most kCachedGroups
-// groups, else the CTA's static share. All threads of the CTA must call.
+// the launch passes a zeroed `counter` (and a ragged call has at most kCachedGroups groups),
+// else the CTA's static share. All threads of the CTA must call.
 template <typename Prefetch, typename DoJob>
 __device__ inline void ForEachPrefetchedJob(const Grid& grid, const int32_t* group_sizes,
                                             unsigned long long* counter, Prefetch prefetch,
@@ -1150,8 +1140,9 @@ inline void SetCtas(Grid& grid, int64_t resident, bool dynamic) {
 // Wide tiles (mxfp8_wide_kernels.cuh: 16-byte chunks, one warp per row segment of 32 chunks)
 // serve every call whose rows are whole chunks at aligned addresses, all layouts but
 // varying-last (its groups start at any column), unless the last column tile would leave more
-// than an eighth of the lanes idle (768 columns in 512-column dequantize tiles: strips were
-// faster, 80-88% of copy against 74%, H100 2026-11-24).
+// than an eighth of the lanes idle (dequantize then tries 256-column tiles of 8-byte chunks: 768
+// fp8 columns ran at 74% of copy in 512-column tiles, 80% on strips, 91% in 256-column tiles;
+// H100, 2026-11-24).
 inline bool WideTiles(const GroupedShape& s, int chunk_elements, bool aligned) {
   const int64_t tile_cols = 32 * static_cast<int64_t>(chunk_elements);
   const int64_t idle = CeilDiv(s.cols, tile_cols) * tile_cols - s.cols;
@@ -1179,6 +1170,8 @@ inline Grid DequantizeGrid(const mxfp8::DequantizeProblem& p, const mxfp8::Dequa
   Grid grid;
   if (allow_wide && WideTiles(p.shape, kWideDequantChunk, aligned)) {
     grid = MakeGrid(p.shape, 32 * kWideDequantChunk, kWideThreads, true, aligned);
+  } else if (allow_wide && WideTiles(p.shape, kWideDequantHalfChunk, aligned)) {
+    grid = MakeGrid(p.shape, 32 * kWideDequantHalfChunk, kWideThreads, true, aligned);
   } else {
     const int64_t tile_cols = StripTileCols(p.shape.cols, kDequantVec);
     grid = MakeGrid(p.shape, tile_cols, static_cast<int>(tile_cols / kDequantVec), false, aligned);

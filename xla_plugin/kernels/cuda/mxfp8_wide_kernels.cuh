@@ -4,11 +4,11 @@
 //
 // Same jobs as the strip kernels (32-row tiles of one region, taken from the job counter, scale
 // padding zeroed by the owning tile), a different thread shape: each warp covers a row segment
-// of 32 x 16 bytes (bf16/f16: 256 columns, f32: 128; dequantize: 512 fp8 bytes) and each lane 8
-// rows of it, all 8 loads issued before the first use. 16-byte loads halve the load
-// instructions of 8-byte strips, a 32-element block spans only 4 lanes (bf16) so a row's amax
-// takes 2 shuffle rounds, and about 64 registers let 8 CTAs share an SM (the strips' 128
-// registers allow 4, and their "both" path 3): more bytes in flight while some CTAs convert.
+// of 32 x 16 bytes (bf16/f16: 256 columns, f32: 128; dequantize: 512 fp8 bytes, or 32 x 8 where
+// that fills the tiles better) and each lane 8 rows of it, all 8 loads issued before the first
+// use. 16-byte loads halve the load instructions of 8-byte strips, and a 32-element block spans
+// only 4 lanes (bf16) so a row's amax takes 2 shuffle rounds. At most 128 registers (4 CTAs per
+// SM; ptxas: 80-128, 2026-11-24), where the strips' "both" path needs 168 (3 CTAs).
 // Colwise amax: per lane over its 8 rows, then across the 4 warps through 2 KB of shared
 // memory, so no tile is stashed and "both" converts from the same registers.
 // Loads are 16-byte cp.async copies into two shared-memory stages: while a CTA converts one job,
@@ -62,6 +62,20 @@ __device__ inline void CopyChunkAsync(uint4* smem, const void* gmem, int src_byt
 #endif
 }
 
+// Copies the first src_bytes (0..8) of the 8-byte chunk at gmem to smem and zeroes the rest
+// (cp.async.cg moves 16 bytes only; .ca takes 8-byte chunks at 8-byte alignment).
+__device__ inline void CopyHalfChunkAsync(uint4* smem, const void* gmem, int src_bytes) {
+#ifdef __CUDA_ARCH__
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+#else
+  uint8_t* d = reinterpret_cast<uint8_t*>(smem);
+  for (int k = 0; k < 8; ++k) d[k] = k < src_bytes ? static_cast<const uint8_t*>(gmem)[k] : 0;
+#endif
+}
+
 __device__ inline void CommitCopies() {
 #ifdef __CUDA_ARCH__
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -91,20 +105,30 @@ __device__ inline uint4* StageOf(int round) {
   return WideStages() + (round & 1) * kWideStageChunks;
 }
 
-// Starts the copies of this lane's chunks of `job` (elements of elem_bytes, `chunk` elements
-// each) into `stage` as one commit group; rows and columns outside the data are zero-filled.
+// Starts the copies of this lane's chunks of `job` (kChunkBytes each: 16, or 8 into the low half
+// of a stage slot; elements of elem_bytes) into `stage` as one commit group; rows and columns
+// outside the data are zero-filled.
+template <int kChunkBytes>
 __device__ inline void IssueWideChunks(const Grid& grid, const void* data, int elem_bytes,
-                                       int chunk, const TileJob& job, uint4* stage) {
+                                       const TileJob& job, uint4* stage) {
+  static_assert(kChunkBytes == 16 || kChunkBytes == 8);
   if (job.has_tile) {
-    const StripSpan t = MakeWideSpan(grid, job, chunk);
+    const StripSpan t = MakeWideSpan(grid, job, kChunkBytes / elem_bytes);
     const uint8_t* base = static_cast<const uint8_t*>(data) + t.base * elem_bytes;
     const int64_t data_bytes = t.data_cols * elem_bytes;
-    const int src_bytes = data_bytes >= 16 ? 16 : data_bytes > 0 ? static_cast<int>(data_bytes) : 0;
+    const int src_bytes = data_bytes >= kChunkBytes ? kChunkBytes
+                          : data_bytes > 0          ? static_cast<int>(data_bytes)
+                                                    : 0;
 #pragma unroll
     for (int i = 0; i < kWideRows; ++i) {
       const bool in = i < t.data_rows;
-      CopyChunkAsync(stage + i * kWideThreads + threadIdx.x,
-                     in ? base + i * t.stride * elem_bytes : data, in ? src_bytes : 0);
+      uint4* slot = stage + i * kWideThreads + threadIdx.x;
+      const void* from = in ? base + i * t.stride * elem_bytes : data;
+      if constexpr (kChunkBytes == 16) {
+        CopyChunkAsync(slot, from, in ? src_bytes : 0);
+      } else {
+        CopyHalfChunkAsync(slot, from, in ? src_bytes : 0);
+      }
     }
   }
   CommitCopies();
@@ -124,6 +148,29 @@ __device__ inline void Words(const uint4& v, uint32_t (&w)[4]) {
   w[1] = v.y;
   w[2] = v.z;
   w[3] = v.w;
+}
+
+// The first kBytes (16 or 8) of v as packed words.
+template <int kBytes>
+__device__ inline void LeadingWords(const uint4& v, uint32_t (&w)[kBytes / 4]) {
+  static_assert(kBytes == 16 || kBytes == 8);
+  w[0] = v.x;
+  w[1] = v.y;
+  if constexpr (kBytes == 16) {
+    w[2] = v.z;
+    w[3] = v.w;
+  }
+}
+
+// kBytes (16 or 8) of read-only global memory at p, aligned to their size, as packed words.
+template <int kBytes>
+__device__ inline void LoadReadOnlyWords(const uint8_t* p, uint32_t (&w)[kBytes / 4]) {
+  if constexpr (kBytes == 16) {
+    LeadingWords<16>(__ldg(reinterpret_cast<const uint4*>(p)), w);
+  } else {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    LeadingWords<8>(make_uint4(v.x, v.y, 0, 0), w);
+  }
 }
 
 // Stores kWords packed words at p (aligned to their size).
@@ -278,7 +325,7 @@ __global__ void __launch_bounds__(kWideThreads, kWideMinCtasPerSm)
   ForEachPrefetchedJob(
       grid, o.group_sizes, o.job_counter,
       [&](const TileJob& job, int round) {
-        IssueWideChunks(grid, o.x, sizeof(In), 16 / sizeof(In), job, StageOf(round));
+        IssueWideChunks<16>(grid, o.x, sizeof(In), job, StageOf(round));
       },
       [&](const TileJob& job, int round, bool next_in_flight) {
         WaitForJob(next_in_flight);
@@ -293,11 +340,10 @@ __global__ void __launch_bounds__(kWideThreads, kWideMinCtasPerSm)
 
 // --- dequantize -------------------------------------------------------------------------------
 
-template <typename Out, Fp8Format kFormat>
+template <typename Out, Fp8Format kFormat, int kVec>
 __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOperands& o,
                                    bool colwise, bool swizzled, const TileJob& job,
                                    const uint4* stage) {
-  constexpr int kVec = kWideDequantChunk;
   constexpr int kOutWords = kVec * sizeof(Out) / 4;
   const Region& r = job.region;
   const StripSpan t = MakeWideSpan(grid, job, kVec);
@@ -312,16 +358,15 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
   const int64_t row_scale_step = swizzled ? 16 : m.padded_cols;
 #pragma unroll
   for (int i = 0; i < kWideRows; ++i) {
-    // Rowwise: lane pairs share a block (the second lane's scale is the block's too).
+    // Rowwise: 32 / kVec lanes share a block (each loads the block's scale).
     row_scale[i] = !colwise && i < t.data_rows ? __ldg(row_scale_p + i * row_scale_step) : 0;
   }
-  // Colwise: the chunk's 16 column scales of the tile's block row.
+  // Colwise: the chunk's kVec column scales of the tile's block row.
   ColumnScales<Out, kFormat, kVec> cols;
   if (colwise && t.data_rows > 0) {
     if (!swizzled && t.data_cols >= kVec) {
-      Words(__ldg(reinterpret_cast<const uint4*>(
-                scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0))),
-            cols.e_words);
+      LoadReadOnlyWords<kVec>(scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0),
+                              cols.e_words);
     } else {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
@@ -337,8 +382,8 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
 #pragma unroll
   for (int i = 0; i < kWideRows; ++i) {
     if (i >= t.cap_rows) continue;
-    uint32_t codes[4];
-    Words(stage[i * kWideThreads + threadIdx.x], codes);
+    uint32_t codes[kVec / 4];
+    LeadingWords<kVec>(stage[i * kWideThreads + threadIdx.x], codes);
     uint32_t words[kOutWords];
     DequantizeTileRow<Out, kFormat, kVec>(codes, colwise, cols, row_scale[i],
                                           i < t.data_rows ? t.data_cols : 0, words);
@@ -346,18 +391,19 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
   }
 }
 
-template <typename Out, Fp8Format kFormat>
+// kVec: fp8 codes per lane and row (kWideDequantChunk or kWideDequantHalfChunk).
+template <typename Out, Fp8Format kFormat, int kVec>
 __global__ void __launch_bounds__(kWideThreads, kWideMinCtasPerSm)
     DequantizeWideKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
   ForEachPrefetchedJob(
       grid, o.group_sizes, o.job_counter,
       [&](const TileJob& job, int round) {
-        IssueWideChunks(grid, o.data, 1, kWideDequantChunk, job, StageOf(round));
+        IssueWideChunks<kVec>(grid, o.data, 1, job, StageOf(round));
       },
       [&](const TileJob& job, int round, bool next_in_flight) {
         WaitForJob(next_in_flight);
         if (job.has_tile) {
-          DequantizeWideTile<Out, kFormat>(grid, o, colwise, swizzled, job, StageOf(round));
+          DequantizeWideTile<Out, kFormat, kVec>(grid, o, colwise, swizzled, job, StageOf(round));
         }
       });
 }
