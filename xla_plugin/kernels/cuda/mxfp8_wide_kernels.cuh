@@ -47,32 +47,29 @@ __device__ inline StripSpan MakeWideSpan(const Grid& grid, const TileJob& job, i
   return t;
 }
 
-// --- asynchronous 16-byte copies into shared memory (plain copies under the CPU emulator) ---
+// --- asynchronous copies into shared memory (plain copies under the CPU emulator) ---
 
-// Copies the first src_bytes (0..16) of the chunk at gmem to smem and zeroes the rest.
+// Copies the first src_bytes (0..kBytes) of the kBytes chunk at gmem (aligned to kBytes) to smem
+// and zeroes the rest of the chunk. cp.async.cg moves 16-byte chunks only; 8-byte ones take .ca.
+template <int kBytes>
 __device__ inline void CopyChunkAsync(uint4* smem, const void* gmem, int src_bytes) {
+  static_assert(kBytes == 16 || kBytes == 8);
 #ifdef __CUDA_ARCH__
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(src_bytes)
-               : "memory");
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+                 "r"(src_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(gmem),
+                 "r"(src_bytes)
+                 : "memory");
+  }
 #else
   uint8_t* d = reinterpret_cast<uint8_t*>(smem);
-  for (int k = 0; k < 16; ++k) d[k] = k < src_bytes ? static_cast<const uint8_t*>(gmem)[k] : 0;
-#endif
-}
-
-// Copies the first src_bytes (0..8) of the 8-byte chunk at gmem to smem and zeroes the rest
-// (cp.async.cg moves 16 bytes only; .ca takes 8-byte chunks at 8-byte alignment).
-__device__ inline void CopyHalfChunkAsync(uint4* smem, const void* gmem, int src_bytes) {
-#ifdef __CUDA_ARCH__
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(src_bytes)
-               : "memory");
-#else
-  uint8_t* d = reinterpret_cast<uint8_t*>(smem);
-  for (int k = 0; k < 8; ++k) d[k] = k < src_bytes ? static_cast<const uint8_t*>(gmem)[k] : 0;
+  for (int k = 0; k < kBytes; ++k) {
+    d[k] = k < src_bytes ? static_cast<const uint8_t*>(gmem)[k] : 0;
+  }
 #endif
 }
 
@@ -111,7 +108,6 @@ __device__ inline uint4* StageOf(int round) {
 template <int kChunkBytes>
 __device__ inline void IssueWideChunks(const Grid& grid, const void* data, int elem_bytes,
                                        const TileJob& job, uint4* stage) {
-  static_assert(kChunkBytes == 16 || kChunkBytes == 8);
   if (job.has_tile) {
     const StripSpan t = MakeWideSpan(grid, job, kChunkBytes / elem_bytes);
     const uint8_t* base = static_cast<const uint8_t*>(data) + t.base * elem_bytes;
@@ -122,13 +118,9 @@ __device__ inline void IssueWideChunks(const Grid& grid, const void* data, int e
 #pragma unroll
     for (int i = 0; i < kWideRows; ++i) {
       const bool in = i < t.data_rows;
-      uint4* slot = stage + i * kWideThreads + threadIdx.x;
-      const void* from = in ? base + i * t.stride * elem_bytes : data;
-      if constexpr (kChunkBytes == 16) {
-        CopyChunkAsync(slot, from, in ? src_bytes : 0);
-      } else {
-        CopyHalfChunkAsync(slot, from, in ? src_bytes : 0);
-      }
+      CopyChunkAsync<kChunkBytes>(stage + i * kWideThreads + threadIdx.x,
+                                  in ? base + i * t.stride * elem_bytes : data,
+                                  in ? src_bytes : 0);
     }
   }
   CommitCopies();
