@@ -3,8 +3,9 @@
 // shuffles are barriers at which a fiber yields until every live thread of its block (or warp)
 // has arrived, and a pass with no progress aborts as a deadlock. __shared__ variables are
 // statics (one CTA lives at a time). Covers what kernels written in this style use:
-// threadIdx/blockIdx/blockDim, __syncthreads, __shfl_{xor,up}_sync over full warps, __ldg, and the fp8/fp16/bf16
-// conversion intrinsics (their host paths: NVIDIA's software reference of the instructions).
+// threadIdx/blockIdx/blockDim, __syncthreads, __shfl_{xor,up}_sync over full warps, __ldg, and
+// the fp8/fp16/bf16 conversion intrinsics (their host paths: NVIDIA's software reference of
+// the instructions).
 // Include it before the kernel header; compile with g++ -std=c++20 -ffp-contract=off.
 #ifndef JGG_TESTS_EMULATION_SIMT_SHIM_H_
 #define JGG_TESTS_EMULATION_SIMT_SHIM_H_

@@ -11,9 +11,9 @@
 // SM; ptxas: 80-128, 2026-11-24), where the strips' "both" path needs 168 (3 CTAs).
 // Colwise amax: per lane over its 8 rows, then across the 4 warps through 2 KB of shared
 // memory, so no tile is stashed and "both" converts from the same registers.
-// Loads are 16-byte cp.async copies into two shared-memory stages: while a CTA converts one job,
-// the next job's copies (taken from the job counter two rounds ahead) are in flight, so an SM's
-// bytes in flight do not drop between jobs. Each lane reads back only the chunks it copied: no
+// Loads are cp.async copies (16 or 8 bytes) into two shared-memory stages: while a CTA converts
+// one job, the next job's copies (taken from the job counter two rounds ahead) are in flight, so
+// an SM's bytes in flight do not drop between jobs. Each lane reads back only the chunks it copied: no
 // barrier guards the stages.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_WIDE_KERNELS_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_WIDE_KERNELS_CUH_
@@ -135,13 +135,6 @@ __device__ inline void WaitForJob(bool next_in_flight) {
   }
 }
 
-__device__ inline void Words(const uint4& v, uint32_t (&w)[4]) {
-  w[0] = v.x;
-  w[1] = v.y;
-  w[2] = v.z;
-  w[3] = v.w;
-}
-
 // The first kBytes (16 or 8) of v as packed words.
 template <int kBytes>
 __device__ inline void LeadingWords(const uint4& v, uint32_t (&w)[kBytes / 4]) {
@@ -161,7 +154,8 @@ __device__ inline void LoadReadOnlyWords(const uint8_t* p, uint32_t (&w)[kBytes 
     LeadingWords<16>(__ldg(reinterpret_cast<const uint4*>(p)), w);
   } else {
     const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-    LeadingWords<8>(make_uint4(v.x, v.y, 0, 0), w);
+    w[0] = v.x;
+    w[1] = v.y;
   }
 }
 
@@ -227,7 +221,9 @@ __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands
   const StripSpan t = MakeWideSpan(grid, job, kVec);
   uint32_t w[kWideRows][4];
 #pragma unroll
-  for (int i = 0; i < kWideRows; ++i) Words(stage[i * kWideThreads + threadIdx.x], w[i]);
+  for (int i = 0; i < kWideRows; ++i) {
+    LeadingWords<16>(stage[i * kWideThreads + threadIdx.x], w[i]);
+  }
 
   if constexpr (kRow) {
     const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
