@@ -6,9 +6,10 @@ group sizes that exercise every part of the kernel: empty groups, groups of more
 8-row pass, a zero tail (sum < M), clamped and negative sizes, K split over all of a block's
 warps and not a multiple of 32, N over one 128-column block, N a multiple of 16 or only of 8
 (the kernel's 16- and 8-byte weight loads); dgrad (W read rowwise in place) with the
-contraction a multiple of 8 or only of 4 (8- and 4-byte loads); x dense or grouped; both
-element types; every result dtype; NaN/Inf blocks (the kernel's exact path). Runs on the default backend (the CPU handler in CI, the CUDA kernel on a
-GPU), outputs poisoned first (conftest), so an unwritten element is NaN.
+contraction a multiple of 8 or only of 4 (8- and 4-byte loads), one or many MX blocks per
+warp; x dense or grouped; both element types; every result dtype; NaN/Inf blocks (the
+kernel's exact path). Runs on the default backend (the CPU handler in CI, the CUDA kernel on
+a GPU), outputs poisoned first (conftest), so an unwritten element is NaN.
 """
 
 import textwrap
@@ -45,6 +46,8 @@ DGRAD_CASES = {
     "contraction_4_mod_8": (50, 72, 100, [5, 0, 8, 1]),           # 4-byte weight loads, sum < M
     "wide_long_contraction": (24, 384, 1056, [7, 0, 13, 4]),      # 8-byte loads, 3 column blocks
     "negative_and_clamped": (30, 264, 64, [-3, 20, 25, 2]),       # 264 % 16 = 8
+    "contraction_8_mod_16": (33, 136, 200, [9, 4, 0, 11]),        # K % 32 = 8; 8-column block
+    "long_contraction": (16, 40, 4096, [5, 11]),                  # 16 MX blocks per warp
 }
 
 

@@ -17,8 +17,13 @@ timeout 330 python3 -m pytest -q -p no:cacheprovider -x tests/test_cuda.py tests
 step memcheck
 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/device/sanitize.py \
   > "$out/memcheck_ragged.log" 2>&1; echo "memcheck ragged rc $?"; tail -4 "$out/memcheck_ragged.log"
-timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m pytest -q -p no:cacheprovider \
-  tests/test_mxfp8_fused.py > "$out/memcheck_fused.log" 2>&1; echo "memcheck fused rc $?"; tail -4 "$out/memcheck_fused.log"
+# Two processes: compute-sanitizer itself crashed (SIGSEGV, no error reported) after 43 of the
+# file's 45 tests in one process; each part alone runs clean.
+for part in "not vmap and not command_buffer" "vmap or command_buffer"; do
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_mxfp8_fused.py -k "$part" > "$out/memcheck_fused.log" 2>&1
+  echo "memcheck fused ($part) rc $?"; tail -4 "$out/memcheck_fused.log"
+done
 step bench
 python3 -m tools.bench.grouped_gemm_bench --shapes decode,decode-zipf --passes fwd,wgrad \
   --competitors ours,torch,copy --out "$out/bf16" > "$out/bf16.log" 2>&1; echo "bf16 rc $?"
