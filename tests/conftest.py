@@ -34,4 +34,9 @@ def has_gpu() -> bool:
     return False
 
 
+def gpu_count() -> int:
+  return len(jax.devices("gpu")) if has_gpu() else 0
+
+
 requires_gpu = pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU")
+requires_two_gpus = pytest.mark.skipif(gpu_count() < 2, reason="needs two CUDA GPUs")

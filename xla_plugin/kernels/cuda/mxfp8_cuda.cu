@@ -52,23 +52,35 @@ bool WideAllowed() {
   return allowed;
 }
 
-// Launches `kernel` over grid's jobs: one wave of CTAs taking jobs from the counter. Wide
-// kernels take their copy stages as dynamic shared memory (static and dynamic together pass
-// the 48 KB a kernel gets without opting in: set once per kernel, a host call).
 struct KernelState {  // one per kernel instantiation
   ResidentCache resident;
-  std::atomic<bool> shared_opted_in{false};
+  std::atomic<uint64_t> shared_opted_in{0};  // a bit per device
 };
 
+// Opts `kernel` in to `bytes` of dynamic shared memory on the current device. The attribute
+// belongs to the kernel's copy on one device (a process may drive several), so it is set once
+// per device and kernel (a host call; later calls read a bit).
+template <typename Kernel>
+cudaError_t AllowSharedBytes(Kernel kernel, int bytes, std::atomic<uint64_t>& opted_in) {
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const uint64_t bit = device >= 0 && device < kDevices ? uint64_t{1} << device : 0;
+  if (bit != 0 && (opted_in.load(std::memory_order_relaxed) & bit) != 0) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) opted_in.fetch_or(bit, std::memory_order_relaxed);
+  return e;
+}
+
+// Launches `kernel` over grid's jobs: one wave of CTAs taking jobs from the counter. Wide
+// kernels take their copy stages as dynamic shared memory (static and dynamic together pass
+// the 48 KB a kernel gets without opting in).
 template <typename Kernel, typename... Args>
 cudaError_t LaunchJobs(Kernel kernel, Grid& grid, const void* job_counter, KernelState& state,
                        cudaStream_t stream, Args... args) {
   const int shared_bytes = grid.wide ? kWideStagesBytes : 0;
-  if (shared_bytes > 0 && !state.shared_opted_in.load(std::memory_order_relaxed)) {
-    const cudaError_t status =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
-    if (status != cudaSuccess) return status;
-    state.shared_opted_in.store(true, std::memory_order_relaxed);
+  if (shared_bytes > 0) {
+    if (cudaError_t e = AllowSharedBytes(kernel, shared_bytes, state.shared_opted_in); e != cudaSuccess)
+      return e;
   }
   SetCtas(grid, ResidentCtas(kernel, grid.threads, shared_bytes, state.resident),
           DynamicJobs(grid, job_counter));

@@ -1,0 +1,58 @@
+"""Every GPU of a process runs every op, not only the first one used.
+
+Kernel set-up the handlers keep between calls (the MXFP8 wide kernels' dynamic shared memory
+opt-in, cached occupancy, device properties) belongs to one device; a process that drives
+several GPUs (one per shard) must get the same bytes on each. Each op runs on GPU 0 first,
+then on the others, and is compared byte for byte with GPU 0 (the kernels are deterministic)
+and, for quantize / dequantize, with the CPU handler.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_grouped_gemm as jgg
+from conftest import requires_two_gpus
+
+mxfp8 = jgg.mxfp8
+
+
+def _ops(device, x, w, sizes):
+  x, w, sizes = (jax.device_put(a, device) for a in (x, w, sizes))
+  q = mxfp8.quantize(x, sizes, rowwise=True, colwise=True)
+  qw = mxfp8.quantize(w, rowwise=False, colwise=True)
+  return {
+      "quantized": q,
+      "dequantized": mxfp8.dequantize(q, jnp.bfloat16),
+      "dequantized_colwise": mxfp8.dequantize(q, jnp.float32, colwise=True),
+      "ragged_dot_bf16": jgg.ragged_dot(x, w, sizes),
+      "ragged_dot_mxfp8": mxfp8.ragged_dot(q, qw, sizes),
+  }
+
+
+def _leaves(outs):
+  return [(jax.tree_util.keystr(path), np.asarray(a).view(np.uint8))
+          for path, a in jax.tree_util.tree_leaves_with_path(outs)]
+
+
+@requires_two_gpus
+def test_every_gpu_gives_the_bytes_of_the_first():
+  rng = np.random.default_rng(4)
+  sizes = np.asarray([1000, 0, 1, 31, 33, 127, 129, 2000], np.int32)  # sum 3321 < 4096 rows
+  # 4096 x 2048 activations take the wide quantize / dequantize kernels (dynamic shared memory).
+  x = jnp.asarray(rng.standard_normal((4096, 2048)), jnp.bfloat16)
+  w = jnp.asarray(rng.standard_normal((len(sizes), 2048, 256)) * 0.05, jnp.bfloat16)
+  cpu = jax.devices("cpu")[0]
+  cpu_q = mxfp8.quantize(jax.device_put(x, cpu), jax.device_put(sizes, cpu), rowwise=True,
+                         colwise=True)
+  cpu_bytes = dict(_leaves({"quantized": cpu_q,
+                            "dequantized": mxfp8.dequantize(cpu_q, jnp.bfloat16)}))
+  gpus = jax.devices("gpu")
+  first = _leaves(_ops(gpus[0], x, w, sizes))
+  on_cpu_too = [(name, got) for name, got in first if name in cpu_bytes]
+  assert len(on_cpu_too) == len(cpu_bytes)
+  for name, got in on_cpu_too:
+    np.testing.assert_array_equal(got, cpu_bytes[name], err_msg=f"GPU 0 vs CPU: {name}")
+  for device in gpus[1:]:
+    for (name, want), (_, got) in zip(first, _leaves(_ops(device, x, w, sizes))):
+      np.testing.assert_array_equal(got, want, err_msg=f"{device} vs GPU 0: {name}")
