@@ -6,7 +6,8 @@
 // the accumulator (see "the fast path" below for why that is the dequantized product).
 //
 // Work: a block computes up to 8 rows of one pass (mxfp8_ragged_m_passes.cuh) for 128 output
-// columns; its 8 warps split K in whole MX blocks and their sums are added in a fixed order.
+// columns; its 8 warps take every 8th MX block of K each, and their sums are added in a fixed
+// order.
 // The order of K inside a 16-deep step is free as long as both operands use it: lane (g, t)
 // takes the contraction indices 8t + 4s + {0..3} of MX-block step s as its k-slots {2t, 2t+1,
 // 2t+8, 2t+9}, so its slice of x is one 4-byte word per step. Each lane owns 16 output columns
@@ -342,14 +343,17 @@ __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const
     l.x_scales[i] = scale_row >= 0 ? o.lhs_scales + scale_row * x_scale_row_bytes : nullptr;
   }
 
-  // The warp's MX blocks of K, a contiguous share. (Loading the next block while multiplying
-  // this one needs 170 registers, so 8 warps per SM instead of 16: slower, measured.)
-  const int64_t blocks = CeilDiv(p.k, mxfp8::kBlockSize), per_warp = CeilDiv(blocks, kWarps);
-  const int64_t first = MinI64(blocks, warp * per_warp), last = MinI64(blocks, first + per_warp);
+  // The warp's MX blocks of K: every kWarps-th one from its index on, so that the block's
+  // warps read neighbouring MX blocks at about the same time: in dgrad, whole stretches of each
+  // weight row (8 x 32 bytes) instead of 32-byte pieces a warp's share apart (decode dgrad
+  // 0.228 -> 0.213 ms, forward 0.175 -> 0.165 ms on an H100, against contiguous shares).
+  // (Loading the next block while multiplying this one needs 170 registers, so 8 warps per SM
+  // instead of 16: slower, measured.)
+  const int64_t blocks = CeilDiv(p.k, mxfp8::kBlockSize);
   float acc[kTiles][4] = {};
-  for (int64_t block = first; block < last; ++block) {
+  for (int64_t block = warp; block < blocks; block += kWarps) {
     const int64_t kb = block * mxfp8::kBlockSize;
-    if (!kTransposed && block + 1 < last) PrefetchForwardBlock(l, kb + mxfp8::kBlockSize);
+    if (!kTransposed && block + kWarps < blocks) PrefetchForwardBlock(l, kb + kWarps * mxfp8::kBlockSize);
     BlockLoads loads;
     LoadBlock<kTransposed, kWide>(l, kb, loads);
     if (__any_sync(0xffffffffu, OutsideSafeScales(loads))) {
