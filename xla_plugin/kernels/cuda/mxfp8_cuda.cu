@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "xla_plugin/kernels/cuda/device_info.h"
 #include "xla_plugin/kernels/cuda/mxfp8_wide_kernels.cuh"
 
 namespace jgg::cuda {
@@ -11,7 +12,18 @@ namespace {
 
 using namespace mxfp8_kernels;  // NOLINT: the kernels, grids and dispatch of this op
 
-// CTAs of `kernel` that fit on the current GPU at once with `threads` threads each (0 if the
+// The current device (device_info.h); device -1 if the runtime cannot say (the error is
+// cleared: the launch reports its own errors).
+DeviceInfo CurrentDevice() {
+  DeviceInfo info{};
+  if (QueryDevice(&info) != cudaSuccess) {
+    cudaGetLastError();
+    info.device = -1;
+  }
+  return info;
+}
+
+// CTAs of `kernel` that fit on `gpu` at once with `threads` threads each (0 if the
 // runtime cannot say: then one CTA per job). Host queries only (no stream work), so the launch
 // stays capturable in command buffers. Cached per device and CTA width in the kernel's own
 // `cache` (0: not asked yet): the queries cost microseconds, as much as a small call's kernel.
@@ -19,25 +31,22 @@ constexpr int kDevices = 64, kWidths = kMaxThreads / 32;
 using ResidentCache = std::atomic<int64_t>[kDevices][kWidths];
 
 template <typename Kernel>
-int64_t ResidentCtas(Kernel kernel, int threads, int shared_bytes, ResidentCache& cache) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();  // clear a failed query: the launch below reports its own errors
-    return 0;
-  }
+int64_t ResidentCtas(Kernel kernel, int threads, int shared_bytes, const DeviceInfo& gpu,
+                     ResidentCache& cache) {
+  const int device = gpu.device;
+  if (device < 0) return 0;
   const int width = threads / 32 - 1;
-  const bool cached = device >= 0 && device < kDevices && width >= 0 && width < kWidths;
+  const bool cached = device < kDevices && width >= 0 && width < kWidths;
   if (cached) {
     const int64_t known = cache[device][width].load(std::memory_order_relaxed);
     if (known > 0) return known;
   }
-  int sms = 0, per_sm = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared_bytes) != cudaSuccess) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared_bytes) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  const int64_t resident = static_cast<int64_t>(sms) * per_sm;
+  const int64_t resident = static_cast<int64_t>(gpu.sm_count) * per_sm;
   if (cached) cache[device][width].store(resident, std::memory_order_relaxed);
   return resident;
 }
@@ -57,13 +66,11 @@ struct KernelState {  // one per kernel instantiation
   std::atomic<uint64_t> shared_opted_in{0};  // a bit per device
 };
 
-// Opts `kernel` in to `bytes` of dynamic shared memory on the current device. The attribute
-// belongs to the kernel's copy on one device (a process may drive several), so it is set once
-// per device and kernel (a host call; later calls read a bit).
+// Opts `kernel` in to `bytes` of dynamic shared memory on `device` (the current one). The
+// attribute belongs to the kernel's copy on one device (a process may drive several), so it is
+// set once per device and kernel (a host call; later calls read a bit).
 template <typename Kernel>
-cudaError_t AllowSharedBytes(Kernel kernel, int bytes, std::atomic<uint64_t>& opted_in) {
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+cudaError_t AllowSharedBytes(Kernel kernel, int bytes, int device, std::atomic<uint64_t>& opted_in) {
   const uint64_t bit = device >= 0 && device < kDevices ? uint64_t{1} << device : 0;
   if (bit != 0 && (opted_in.load(std::memory_order_relaxed) & bit) != 0) return cudaSuccess;
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -78,11 +85,12 @@ template <typename Kernel, typename... Args>
 cudaError_t LaunchJobs(Kernel kernel, Grid& grid, const void* job_counter, KernelState& state,
                        cudaStream_t stream, Args... args) {
   const int shared_bytes = grid.wide ? kWideStagesBytes : 0;
+  const DeviceInfo gpu = CurrentDevice();
   if (shared_bytes > 0) {
-    if (cudaError_t e = AllowSharedBytes(kernel, shared_bytes, state.shared_opted_in); e != cudaSuccess)
-      return e;
+    const cudaError_t e = AllowSharedBytes(kernel, shared_bytes, gpu.device, state.shared_opted_in);
+    if (e != cudaSuccess) return e;
   }
-  SetCtas(grid, ResidentCtas(kernel, grid.threads, shared_bytes, state.resident),
+  SetCtas(grid, ResidentCtas(kernel, grid.threads, shared_bytes, gpu, state.resident),
           DynamicJobs(grid, job_counter));
   kernel<<<grid.ctas, grid.threads, shared_bytes, stream>>>(grid, args...);
   return cudaGetLastError();
