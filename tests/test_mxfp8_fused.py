@@ -3,7 +3,8 @@
 Which calls choose it (static facts only) and which fall back to "dequantize"; its numerics
 against float64 products of the dequantized values (mxfp8_gemm_reference.check_product) on
 group sizes that exercise every part of the kernel: empty groups, groups of more than one
-8-row pass, a zero tail (sum < M), clamped and negative sizes, K split over all of a block's
+8-row tile (dgrad's passes of 1, 2 and 4 row tiles, a partial tile last, each pass's column
+chunks inside, across and past N), a zero tail (sum < M), clamped and negative sizes, K split over all of a block's
 warps and not a multiple of 32, N over one 128-column block, N a multiple of 16 or only of 8
 (the kernel's 16- and 8-byte weight loads); dgrad (W read rowwise in place) with the
 contraction a multiple of 8 or only of 4 (8- and 4-byte loads), one or many MX blocks per
@@ -37,6 +38,8 @@ CASES = {  # (M, K, N, group sizes)
     "long_k_wide_n": (12, 1100, 520, [6, 6]),                     # all 8 warps' K, 5 column blocks
     "n_multiple_of_16": (24, 256, 384, [7, 0, 13, 4]),            # 16-byte weight loads
     "one_group": (8, 32, 8, [8]),
+    # Groups of 11, 3, 5 and 2 row tiles (DGRAD_CASES says why).
+    "large_groups": (160, 200, 200, [83, 0, 23, 33, 11, 0, 0, 0, 0, 0]),
 }
 
 
@@ -48,6 +51,9 @@ DGRAD_CASES = {
     "negative_and_clamped": (30, 264, 64, [-3, 20, 25, 2]),       # 264 % 16 = 8
     "contraction_8_mod_16": (33, 136, 200, [9, 4, 0, 11]),        # K % 32 = 8; 8-column block
     "long_contraction": (16, 40, 4096, [5, 11]),                  # 16 MX blocks per warp
+    # Row tiles 11 (passes of 4, 4, 2, 1), 3 (2, 1), 5 (4, then 1 of one row), 2 (2); the
+    # last 128-column block's 4 chunks of 32 columns: inside K, across it (192..223), past it.
+    "large_groups": (160, 200, 136, [83, 0, 23, 33, 11, 0, 0, 0, 0, 0]),
 }
 
 
@@ -95,16 +101,20 @@ def test_forward_of_few_rows_per_group_is_fused():
     assert mxfp8_gemm.choose_backend(_problem(qx, qw, group_sizes)) == "fused_few_rows"
 
 
-def test_x_grouped_by_other_sizes_than_the_gemm():
-  """x's blocks and scales follow its own groups (here coarser, with a tail of no group, whose
-  rows are 0 in x); the GEMM's groups need not match them."""
-  qx, qw, group_sizes = _forward_operands("decode_like")
-  m, k, n, sizes = CASES["decode_like"]
-  x = jnp.asarray(dequantized(qx, False), jnp.bfloat16)
-  qx_other = mxfp8.quantize(x, jnp.asarray([20, 0, 15], jnp.int32), rowwise=True)
-  out = mxfp8.ragged_dot(qx_other, qw, group_sizes, preferred_element_type=jnp.float32)
-  assert mxfp8_gemm.choose_backend(_problem(qx_other, qw, group_sizes)) == "fused_few_rows"
-  check_product(out, "fwd", dequantized(qx_other, False), dequantized(qw, True), sizes)
+@pytest.mark.parametrize("gemm", ["fwd", "dgrad"])
+@pytest.mark.parametrize("case, lhs_sizes", [("decode_like", [20, 0, 15]),
+                                             ("large_groups", [40, 0, 45, 1, 60])])
+def test_lhs_grouped_by_other_sizes_than_the_gemm(gemm, case, lhs_sizes):
+  """x's (dy's) blocks and scales follow its own groups (here with a tail of no group, whose
+  rows are 0 in it, and boundaries inside the GEMM's passes); the GEMM's groups need not
+  match them."""
+  lhs, w, group_sizes, dims, w_colwise, sizes = _gemm_operands(gemm, case=case)
+  plain = jnp.asarray(dequantized(lhs, False), jnp.bfloat16)
+  lhs_other = mxfp8.quantize(plain, jnp.asarray(lhs_sizes, jnp.int32), rowwise=True)
+  assert mxfp8_gemm.choose_backend(_problem(lhs_other, w, group_sizes, dims)) == "fused_few_rows"
+  out = mxfp8.ragged_dot_general(lhs_other, w, group_sizes, dims,
+                                 preferred_element_type=jnp.float32)
+  check_product(out, gemm, dequantized(lhs_other, False), dequantized(w, w_colwise), sizes)
 
 
 def test_calls_the_fused_kernel_cannot_take_fall_back_to_dequantize():
@@ -175,14 +185,14 @@ def test_v1_target_stays_registered_and_agrees_with_v2():
   np.testing.assert_array_equal(np.asarray(v1), np.asarray(v2))
 
 
-def _gemm_operands(gemm, lhs_fp8=E4M3, w_fp8=E4M3, seed=0):
-  """The decode_like case of `gemm` ("fwd" or "dgrad"): (lhs, w, group_sizes, dimension
-  numbers, whether w is read colwise, group sizes as a list)."""
+def _gemm_operands(gemm, lhs_fp8=E4M3, w_fp8=E4M3, seed=0, case="decode_like"):
+  """`case` of `gemm` ("fwd" or "dgrad"): (lhs, w, group_sizes, dimension numbers, whether w
+  is read colwise, group sizes as a list)."""
   if gemm == "fwd":
-    qx, qw, group_sizes = _forward_operands("decode_like", True, lhs_fp8, w_fp8, seed)
-    return qx, qw, group_sizes, BASIC_DIMENSION_NUMBERS, True, CASES["decode_like"][3]
-  qdy, qw, group_sizes = _dgrad_operands("decode_like", True, lhs_fp8, w_fp8, seed)
-  return qdy, qw, group_sizes, DGRAD_DIMENSION_NUMBERS, False, DGRAD_CASES["decode_like"][3]
+    qx, qw, group_sizes = _forward_operands(case, True, lhs_fp8, w_fp8, seed)
+    return qx, qw, group_sizes, BASIC_DIMENSION_NUMBERS, True, CASES[case][3]
+  qdy, qw, group_sizes = _dgrad_operands(case, True, lhs_fp8, w_fp8, seed)
+  return qdy, qw, group_sizes, DGRAD_DIMENSION_NUMBERS, False, DGRAD_CASES[case][3]
 
 
 @pytest.mark.parametrize("gemm", ["fwd", "dgrad"])
@@ -197,11 +207,14 @@ def test_element_types_and_result_dtypes(gemm, lhs_fp8, w_fp8, out_dtype):
 
 
 @pytest.mark.parametrize("gemm", ["fwd", "dgrad"])
-def test_agrees_with_the_dequantize_backend_on_special_values(gemm):
+@pytest.mark.parametrize("case", ["decode_like", "large_groups"])
+def test_agrees_with_the_dequantize_backend_on_special_values(gemm, case):
   """NaN and Inf inputs, a zero block, values at the element maximum: the fused kernel's
   NaN/Inf pattern and finite values match the dequantize backend (f32 results). Blocks with
-  Inf take the kernel's exact path, the others its tensor-core path."""
-  lhs, w, group_sizes, dims, w_colwise, sizes = _gemm_operands(gemm, seed=5)
+  Inf take the kernel's exact path, the others its tensor-core path. In dgrad, the poked rows
+  and groups lie in passes of 1 and 2 row tiles (decode_like) or of 4, 2 and 1
+  (large_groups)."""
+  lhs, w, group_sizes, dims, w_colwise, sizes = _gemm_operands(gemm, seed=5, case=case)
   a = np.array(jnp.asarray(dequantized(lhs, False), jnp.float32))
   b = np.array(jnp.asarray(dequantized(w, w_colwise), jnp.float32))
   if not w_colwise:  # poke W as [G, contracted, result] either way

@@ -5,15 +5,16 @@
 // is one pair of mmas whose f32 sum is multiplied by its two power-of-two scales and added to
 // the accumulator (see "the fast path" below for why that is the dequantized product).
 //
-// Work: a block computes up to 8 rows of one pass (mxfp8_ragged_m_passes.cuh) for 128 output
-// columns; its 8 warps take every 8th MX block of K each, and their sums are added in a fixed
-// order.
+// Work: a block computes one slot (mxfp8_ragged_m_passes.cuh): the 8R rows of a pass of R row
+// tiles (R = 1, 2 or 4) for 128 / R output columns, R mmas per weight fragment; its 8 warps
+// take every 8th MX block of K each, and their sums are added in a fixed order.
 // The order of K inside a 16-deep step is free as long as both operands use it: lane (g, t)
 // takes the contraction indices 8t + 4s + {0..3} of MX-block step s as its k-slots {2t, 2t+1,
-// 2t+8, 2t+9}, so its slice of x is one 4-byte word per step. Each lane owns 16 output columns
-// ("local" columns c = 2j + i/2 of its accumulator acc[j][i], j the mma tile):
-//   forward (rhs [G, K, N], colwise): columns 16g + c, consecutive, so a weight row is one
-//     16-byte load per lane (a warp reads whole 128-byte rows), its 8 rows per MX block
+// 2t+8, 2t+9}, so its slice of each x row is one 4-byte word per step. Each lane owns 16 / R
+// output columns ("local" columns c = 2j + i/2 of its accumulators acc[h][j][i], j the column
+// tile, h the row tile):
+//   forward (rhs [G, K, N], colwise): columns (16 / R) g + c, consecutive, so a weight row is
+//     one 16 / R-byte load per lane (a warp reads 128 / R-byte rows), its 8 rows per MX block
 //     interleaved into fragments by byte permutes;
 //   dgrad (rhs_transposed: rhs [G, N, K], rowwise): columns g + 8c, whose rows hold the
 //     contraction, so each is one 8-byte load per MX block that already is two fragments.
@@ -32,18 +33,27 @@ namespace {
 using mxfp8::Fp8Format;
 using mxfp8::RaggedMOperands;
 using mxfp8::RaggedMProblem;
-using mxfp8_ragged_m::kPassRows;
+using mxfp8_ragged_m::kTileRows;
 using mxfp8_ragged_m::Pass;
 
 constexpr int kWarps = 8;                 // a block's warps split K
 constexpr int kThreads = 32 * kWarps;
-constexpr int kLaneCols = 16;             // output columns per lane
-constexpr int kBlockCols = 8 * kLaneCols; // output columns per block (lanes g = 0..7)
-constexpr int kTiles = kLaneCols / 2;     // mma tiles per warp (2 columns of each per lane)
+constexpr int kBlockCols = 128;           // output columns per block: those of one pass of 1 row tile
 constexpr int kStepK = 16;                // mma depth
 constexpr int kSteps = mxfp8::kBlockSize / kStepK;  // mma steps per MX block
 constexpr int kMinBlocksPerSm = 2;        // 16 warps: 64 KB of weights in flight per SM
 constexpr int64_t kMaxGridY = 65535;      // more slots loop
+
+// What a slot of a pass of kRowTiles row tiles computes: 8 kRowTiles rows for kCols columns,
+// the columns of lane group g (lanes 4g .. 4g + 3) being kLaneCols of them.
+template <int kRowTiles>
+struct Slot {
+  static constexpr int kRows = kTileRows * kRowTiles;
+  static constexpr int kLaneCols = 16 / kRowTiles;
+  static constexpr int kCols = 8 * kLaneCols;        // kBlockCols / kRowTiles
+  static constexpr int kColTiles = kLaneCols / 2;    // mma tiles of 16 columns, 2 per lane
+  static constexpr int kLaneWords = kLaneCols / 4;   // words of a lane's bytes of a weight row
+};
 
 // Two fp8 codes (the low 16 bits of `pair`, first lowest) as an f16x2 register, exactly.
 template <Fp8Format kFormat>
@@ -57,11 +67,10 @@ __device__ inline float ScaleFactor(uint32_t e) {
   return __uint_as_float(mxfp8::ScaleBits(static_cast<uint8_t>(e)));
 }
 
-__device__ inline uint32_t Word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+template <int kWords>
+__device__ inline uint32_t Byte(const uint32_t (&words)[kWords], int i) {
+  return (words[i / 4] >> (8 * (i % 4))) & 0xFFu;
 }
-
-__device__ inline uint32_t Byte(const uint4& v, int i) { return (Word(v, i / 4) >> (8 * (i % 4))) & 0xFFu; }
 
 // c += a . b: a 16x16 (rows: output columns), b 16x8 (columns: group rows), f32 accumulation.
 __device__ inline void Mma16816(const uint32_t (&a)[4], const uint32_t (&b)[2], float (&c)[4]) {
@@ -72,26 +81,37 @@ __device__ inline void Mma16816(const uint32_t (&a)[4], const uint32_t (&b)[2], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// The lane's view of a pass.
+// The lane's view of a slot.
+template <int kRowTiles>
 struct LaneOperands {
   const uint8_t* w;         // forward: the group's row 0 at the lane's first column;
                             // dgrad: the row of the lane's first column (local column c: + 8c rows)
   const uint8_t* w_scales;  // the same place in the group's scale matrix
   int64_t w_scale_row_bytes;
-  const uint8_t* x;            // the x row of the lane's mma column g (clamped into the pass)
-  const uint8_t* x_scales[2];  // scale rows of the lane's accumulator rows 2t, 2t+1, or null
+  const uint8_t* x[kRowTiles];  // of row tile h: the x row of the lane's mma column g (clamped
+                                // into the pass)
+  // The lhs scale rows of the lane's rows 8h + 2t + i. One row tile: 2 pointers (null: no lhs
+  // group). More: read for each MX block from the pass in shared memory (volatile: not held in
+  // registers), as byte offsets into `lhs_scales`, since 2 x 4 pointers made ptxas spill (and
+  // so did offsets for one row tile).
+  const uint8_t* x_scale_rows[2];
+  const uint8_t* lhs_scales;
+  const volatile int64_t* x_scale_offsets;
   int64_t k, n;
-  int valid_cols;  // local columns inside N: forward 0, 8 or 16; dgrad c < valid_cols
+  int valid_cols;  // local columns inside N: forward 0, 8 or kLaneCols; dgrad c < valid_cols
 };
 
-// What a lane reads for one MX block (32 deep) of its pass. w: forward, word q of row 8t + 4s
-// + r at word (4s + r) * 4 + q; dgrad, word s of local column c at 2c + s. x: one word per
-// step. Scales: byte c of w_scales is local column c's, x_scales those of rows 2t, 2t+1.
+// What a lane reads for one MX block (32 deep) of its slot. w: forward, word q of row 8t + 4s
+// + r at word (4s + r) * kLaneWords + q; dgrad, word s of local column c at 2c + s. x: one word
+// per row tile and step. Scales: byte c of w_scales is local column c's, x_scales[h] those of
+// row tile h's rows 2t, 2t+1.
+template <int kRowTiles>
 struct BlockLoads {
-  uint32_t w[32];
-  uint32_t x[kSteps];
-  uint4 w_scales;
-  uint32_t x_scales[2];
+  using S = Slot<kRowTiles>;
+  uint32_t w[2 * S::kLaneCols];
+  uint32_t x[kRowTiles][kSteps];
+  uint32_t w_scales[S::kLaneWords];
+  uint32_t x_scales[kRowTiles][2];
 };
 
 // --- the fast path --------------------------------------------------------------------------
@@ -116,12 +136,20 @@ __device__ inline uint32_t MinByte(uint32_t v) {
   return min(min(v & 0xFFu, (v >> 8) & 0xFFu), min((v >> 16) & 0xFFu, v >> 24));
 }
 
-__device__ inline bool OutsideSafeScales(const BlockLoads& b) {
-  const uint4 w = b.w_scales;
-  const uint32_t w_max = MaxByte(__vmaxu4(__vmaxu4(w.x, w.y), __vmaxu4(w.z, w.w)));
-  const uint32_t w_min = MinByte(__vminu4(__vminu4(w.x, w.y), __vminu4(w.z, w.w)));
-  const uint32_t x_max = max(b.x_scales[0], b.x_scales[1]);
-  const uint32_t x_min = min(b.x_scales[0], b.x_scales[1]);
+template <int kRowTiles>
+__device__ inline bool OutsideSafeScales(const BlockLoads<kRowTiles>& b) {
+  uint32_t w_max4 = b.w_scales[0], w_min4 = b.w_scales[0];
+#pragma unroll
+  for (int i = 1; i < Slot<kRowTiles>::kLaneWords; ++i) {
+    w_max4 = __vmaxu4(w_max4, b.w_scales[i]);
+    w_min4 = __vminu4(w_min4, b.w_scales[i]);
+  }
+  const uint32_t w_max = MaxByte(w_max4), w_min = MinByte(w_min4);
+  uint32_t x_max = b.x_scales[0][0], x_min = b.x_scales[0][0];
+#pragma unroll
+  for (int h = 0; h < kRowTiles; ++h)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) x_max = max(x_max, b.x_scales[h][i]), x_min = min(x_min, b.x_scales[h][i]);
   return w_max > kMaxSafeScale || x_max > kMaxSafeScale || w_max + x_max > kMaxSafeScaleSum ||
          w_min + x_min < kMinSafeScaleSum;
 }
@@ -133,22 +161,45 @@ __device__ inline uint32_t LoadXWord(const uint8_t* x, int64_t k, int64_t k_end)
   return k < k_end ? __ldg(reinterpret_cast<const uint32_t*>(x + k)) : 0u;
 }
 
-// Forward: the lane's 16 weight bytes of row k, zeros past K and N. kWide: N % 16 == 0, one
-// aligned 16-byte load; else N % 16 == 8, two 8-byte halves.
-template <bool kWide>
-__device__ inline uint4 LoadWeightRow(const LaneOperands& l, int64_t k) {
-  if (l.valid_cols == 0 || k >= l.k) return make_uint4(0, 0, 0, 0);
+// The kWords words at p (aligned to their size, 4 * kWords bytes), read at once.
+template <int kWords>
+__device__ inline void LoadWords(const uint8_t* p, uint32_t* words) {
+  if constexpr (kWords == 4) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+  } else if constexpr (kWords == 2) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    words[0] = v.x, words[1] = v.y;
+  } else {
+    words[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
+  }
+}
+
+// Forward: the lane's kLaneCols weight bytes of row k into `words`, zeros past K and N. A lane
+// of fewer than 16 columns has all of them inside N or none (N % 8 == 0). With 16, kWide: N %
+// 16 == 0, one aligned 16-byte load; else N % 16 == 8, two 8-byte halves.
+template <int kRowTiles, bool kWide>
+__device__ inline void LoadWeightRow(const LaneOperands<kRowTiles>& l, int64_t k, uint32_t* words) {
+  constexpr int kWords = Slot<kRowTiles>::kLaneWords;
+  if (l.valid_cols == 0 || k >= l.k) {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) words[i] = 0;
+    return;
+  }
   const uint8_t* row = l.w + k * l.n;
-  if (kWide) return __ldg(reinterpret_cast<const uint4*>(row));
-  const uint2 lo = __ldg(reinterpret_cast<const uint2*>(row));
-  const uint2 hi = l.valid_cols > 8 ? __ldg(reinterpret_cast<const uint2*>(row + 8)) : make_uint2(0, 0);
-  return make_uint4(lo.x, lo.y, hi.x, hi.y);
+  if (kWords < 4 || kWide) return LoadWords<kWords>(row, words);
+  LoadWords<2>(row, words);
+  if (l.valid_cols > 8) {
+    LoadWords<2>(row + 8, words + 2);
+  } else {
+    words[2] = words[3] = 0;
+  }
 }
 
 // Dgrad: local column c's 8 bytes of the MX block at kb (contraction kb + 8t ..), zeros past
 // K and N. kWide: K % 8 == 0, one aligned 8-byte load; else two 4-byte words.
-template <bool kWide>
-__device__ inline uint2 LoadWeightColumn(const LaneOperands& l, int c, int64_t kb) {
+template <int kRowTiles, bool kWide>
+__device__ inline uint2 LoadWeightColumn(const LaneOperands<kRowTiles>& l, int c, int64_t kb) {
   const int64_t k = kb + 8 * (threadIdx.x % 4);
   if (c >= l.valid_cols || k >= l.k) return make_uint2(0, 0);
   const uint8_t* p = l.w + 8 * c * l.k + k;
@@ -156,60 +207,80 @@ __device__ inline uint2 LoadWeightColumn(const LaneOperands& l, int c, int64_t k
   return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(p)), LoadXWord(p, 4, l.k - k));
 }
 
-template <bool kTransposed, bool kWide>
-__device__ inline void LoadBlock(const LaneOperands& l, int64_t kb, BlockLoads& b) {
+template <int kRowTiles, bool kTransposed, bool kWide>
+__device__ inline void LoadBlock(const LaneOperands<kRowTiles>& l, int64_t kb, BlockLoads<kRowTiles>& b) {
+  using S = Slot<kRowTiles>;
   const int t = threadIdx.x % 4;
   const int64_t block = kb / mxfp8::kBlockSize;
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s) b.x[s] = LoadXWord(l.x, kb + 8 * t + 4 * s, l.k);
+  for (int h = 0; h < kRowTiles; ++h)
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) b.x[h][s] = LoadXWord(l.x[h], kb + 8 * t + 4 * s, l.k);
   if constexpr (!kTransposed) {
 #pragma unroll
-    for (int row = 0; row < 8; ++row) {
-      const uint4 v = LoadWeightRow<kWide>(l, kb + 8 * t + row);
-      b.w[4 * row] = v.x, b.w[4 * row + 1] = v.y, b.w[4 * row + 2] = v.z, b.w[4 * row + 3] = v.w;
-    }
-    const uint8_t* scale_row = l.w_scales + block * l.w_scale_row_bytes;
-    b.w_scales = l.valid_cols > 0 ? __ldg(reinterpret_cast<const uint4*>(scale_row))
-                                  : make_uint4(kNeutral4, kNeutral4, kNeutral4, kNeutral4);
-    if (l.valid_cols <= 8) b.w_scales.z = b.w_scales.w = kNeutral4;
-  } else {
-    uint32_t scales[4] = {};
+    for (int row = 0; row < 8; ++row)
+      LoadWeightRow<kRowTiles, kWide>(l, kb + 8 * t + row, b.w + S::kLaneWords * row);
+    if (l.valid_cols > 0) {
+      LoadWords<S::kLaneWords>(l.w_scales + block * l.w_scale_row_bytes, b.w_scales);
+    } else {
 #pragma unroll
-    for (int c = 0; c < kLaneCols; ++c) {
-      const uint2 v = LoadWeightColumn<kWide>(l, c, kb);
+      for (int i = 0; i < S::kLaneWords; ++i) b.w_scales[i] = kNeutral4;
+    }
+    if constexpr (S::kLaneWords == 4) {  // a lane of 16 columns may have 8 inside N
+      if (l.valid_cols <= 8) b.w_scales[2] = b.w_scales[3] = kNeutral4;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < S::kLaneWords; ++i) b.w_scales[i] = 0;
+#pragma unroll
+    for (int c = 0; c < S::kLaneCols; ++c) {
+      const uint2 v = LoadWeightColumn<kRowTiles, kWide>(l, c, kb);
       b.w[2 * c] = v.x, b.w[2 * c + 1] = v.y;
       const uint32_t e = c < l.valid_cols ? __ldg(l.w_scales + 8 * c * l.w_scale_row_bytes + block)
                                           : kNeutralScale;
-      scales[c / 4] |= e << (8 * (c % 4));
+      b.w_scales[c / 4] |= e << (8 * (c % 4));
     }
-    b.w_scales = make_uint4(scales[0], scales[1], scales[2], scales[3]);
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) b.x_scales[i] = l.x_scales[i] ? __ldg(l.x_scales[i] + block) : kNeutralScale;
+  for (int h = 0; h < kRowTiles; ++h)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* row;
+      if constexpr (kRowTiles == 1) {
+        row = l.x_scale_rows[i];
+      } else {
+        const int64_t offset = l.x_scale_offsets[kTileRows * h + 2 * t + i];
+        row = offset >= 0 ? l.lhs_scales + offset : nullptr;
+      }
+      b.x_scales[h][i] = row ? __ldg(row + block) : kNeutralScale;
+    }
 }
 
 // Forward: asks L2 for the weights of the MX block at kb (the next one), lane l for row
 // kb + l of the warp's 128 columns: no registers held, and the block's loads then wait for L2
 // instead of DRAM (1.37x -> 1.48x BF16 on decode-zipf). Dgrad's 128 separate 32-byte row
 // segments per block made it slower (0.72x), so it does not prefetch.
-__device__ inline void PrefetchForwardBlock(const LaneOperands& l, int64_t kb) {
+template <int kRowTiles>
+__device__ inline void PrefetchForwardBlock(const LaneOperands<kRowTiles>& l, int64_t kb) {
   const int lane = threadIdx.x % 32;
   const int64_t row = kb + lane;
-  if (row < l.k) asm volatile("prefetch.global.L2 [%0];" ::"l"(l.w - kLaneCols * (lane / 4) + row * l.n));
+  if (row < l.k)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(l.w - Slot<kRowTiles>::kLaneCols * (lane / 4) + row * l.n));
 }
 
 // --- multiplies -----------------------------------------------------------------------------
 
-// The A fragment of tile j, step s: rows g and g + 8 are local columns 2j and 2j + 1, k-slots
-// as above. Forward: interleave the bytes of rows (8t + 4s + 0, + 1) and (+ 2, + 3) at the
-// columns' bytes 2j, 2j + 1. Dgrad: each column's word already holds its 4 k-slots.
-template <bool kTransposed, Fp8Format kRhs>
-__device__ inline void WeightFragment(const BlockLoads& b, int j, int s, uint32_t (&a)[4]) {
+// The A fragment of column tile j, step s: rows g and g + 8 are local columns 2j and 2j + 1,
+// k-slots as above. Forward: interleave the bytes of rows (8t + 4s + 0, + 1) and (+ 2, + 3) at
+// the columns' bytes 2j, 2j + 1. Dgrad: each column's word already holds its 4 k-slots.
+template <int kRowTiles, bool kTransposed, Fp8Format kRhs>
+__device__ inline void WeightFragment(const BlockLoads<kRowTiles>& b, int j, int s, uint32_t (&a)[4]) {
   if constexpr (!kTransposed) {
+    constexpr int kWords = Slot<kRowTiles>::kLaneWords;
     const uint32_t selector = j % 2 == 0 ? 0x5140u : 0x7362u;  // {r0.c, r1.c, r0.c+1, r1.c+1}
     const int q = j / 2;
-    const uint32_t rows01 = __byte_perm(b.w[4 * (4 * s) + q], b.w[4 * (4 * s + 1) + q], selector);
-    const uint32_t rows23 = __byte_perm(b.w[4 * (4 * s + 2) + q], b.w[4 * (4 * s + 3) + q], selector);
+    const uint32_t rows01 = __byte_perm(b.w[kWords * (4 * s) + q], b.w[kWords * (4 * s + 1) + q], selector);
+    const uint32_t rows23 = __byte_perm(b.w[kWords * (4 * s + 2) + q], b.w[kWords * (4 * s + 3) + q], selector);
     a[0] = Fp8PairToHalf2<kRhs>(rows01 & 0xFFFFu);
     a[1] = Fp8PairToHalf2<kRhs>(rows01 >> 16);
     a[2] = Fp8PairToHalf2<kRhs>(rows23 & 0xFFFFu);
@@ -223,124 +294,151 @@ __device__ inline void WeightFragment(const BlockLoads& b, int j, int s, uint32_
   }
 }
 
+template <int kRowTiles>
+using Accumulators = float[kRowTiles][Slot<kRowTiles>::kColTiles][4];
+
 // acc += this MX block's products (scales in the safe range). The mma's f32 sum of the block
-// is scaled by its column's and group row's factors: c[i] is local column 2j + i / 2, row
-// 2t + i % 2.
-template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs>
-__device__ inline void MultiplyBlock(const BlockLoads& b, float (&acc)[kTiles][4]) {
-  uint32_t x_frag[kSteps][2];
+// is scaled by its column's and group row's factors: c[h][i] is local column 2j + i / 2, row
+// 8h + 2t + i % 2. Each weight fragment feeds the mmas of all kRowTiles row tiles.
+template <int kRowTiles, bool kTransposed, Fp8Format kLhs, Fp8Format kRhs>
+__device__ inline void MultiplyBlock(const BlockLoads<kRowTiles>& b, Accumulators<kRowTiles>& acc) {
+  uint32_t x_frag[kRowTiles][kSteps][2];
+  float x_scale[kRowTiles][2];
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    x_frag[s][0] = Fp8PairToHalf2<kLhs>(b.x[s] & 0xFFFFu);  // k-slots 2t, 2t+1
-    x_frag[s][1] = Fp8PairToHalf2<kLhs>(b.x[s] >> 16);      // k-slots 2t+8, 2t+9
+  for (int h = 0; h < kRowTiles; ++h) {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      x_frag[h][s][0] = Fp8PairToHalf2<kLhs>(b.x[h][s] & 0xFFFFu);  // k-slots 2t, 2t+1
+      x_frag[h][s][1] = Fp8PairToHalf2<kLhs>(b.x[h][s] >> 16);      // k-slots 2t+8, 2t+9
+    }
+    x_scale[h][0] = ScaleFactor(b.x_scales[h][0]);
+    x_scale[h][1] = ScaleFactor(b.x_scales[h][1]);
   }
-  const float x_scale[2] = {ScaleFactor(b.x_scales[0]), ScaleFactor(b.x_scales[1])};
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int j = 0; j < Slot<kRowTiles>::kColTiles; ++j) {
+    float c[kRowTiles][4] = {};
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       uint32_t a[4];
-      WeightFragment<kTransposed, kRhs>(b, j, s, a);
-      Mma16816(a, x_frag[s], c);
+      WeightFragment<kRowTiles, kTransposed, kRhs>(b, j, s, a);
+#pragma unroll
+      for (int h = 0; h < kRowTiles; ++h) Mma16816(a, x_frag[h][s], c[h]);
     }
     const float w_scale[2] = {ScaleFactor(Byte(b.w_scales, 2 * j)), ScaleFactor(Byte(b.w_scales, 2 * j + 1))};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = fmaf(c[i], w_scale[i / 2] * x_scale[i % 2], acc[j][i]);
+    for (int h = 0; h < kRowTiles; ++h)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        acc[h][j][i] = fmaf(c[h][i], w_scale[i / 2] * x_scale[h][i % 2], acc[h][j][i]);
   }
 }
 
 // Local column c's weight code at contraction index k (0 past K and N).
-template <bool kTransposed>
-__device__ inline uint32_t WeightCode(const LaneOperands& l, int c, int64_t k) {
+template <int kRowTiles, bool kTransposed>
+__device__ inline uint32_t WeightCode(const LaneOperands<kRowTiles>& l, int c, int64_t k) {
   if (c >= l.valid_cols || k >= l.k) return 0;
   return kTransposed ? __ldg(l.w + 8 * c * l.k + k) : __ldg(l.w + k * l.n + c);
 }
 
 // acc += the block's products, each of two dequantized f32 elements (the rare path).
-template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs>
+template <int kRowTiles, bool kTransposed, Fp8Format kLhs, Fp8Format kRhs>
 __device__ void MultiplyBlockExactly(const RaggedMProblem& p, const RaggedMOperands& o,
-                                     const Pass& pass, const LaneOperands& l, int64_t kb,
-                                     const BlockLoads& b, float (&acc)[kTiles][4]) {
+                                     const Pass& pass, const LaneOperands<kRowTiles>& l, int64_t kb,
+                                     const BlockLoads<kRowTiles>& b, Accumulators<kRowTiles>& acc) {
+  constexpr int kLaneCols = Slot<kRowTiles>::kLaneCols;
   const int t = threadIdx.x % 4;
-  const uint8_t* x_rows[2];
-  float x_scale[2], w_scale[kLaneCols];
+  const uint8_t* x_rows[kRowTiles][2];
+  float x_scale[kRowTiles][2], w_scale[kLaneCols];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    x_scale[i] = ScaleFactor(b.x_scales[i]);
-    x_rows[i] = o.lhs + (pass.row_begin + MinI64(2 * t + i, pass.rows - 1)) * p.k;
-  }
+  for (int h = 0; h < kRowTiles; ++h)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      x_scale[h][i] = ScaleFactor(b.x_scales[h][i]);
+      x_rows[h][i] = o.lhs + (pass.row_begin + MinI64(kTileRows * h + 2 * t + i, pass.rows - 1)) * p.k;
+    }
 #pragma unroll
   for (int c = 0; c < kLaneCols; ++c) w_scale[c] = ScaleFactor(Byte(b.w_scales, c));
   for (int kk = 0; kk < mxfp8::kBlockSize && kb + kk < p.k; ++kk) {
-    float x_value[2];
+    float x_value[kRowTiles][2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      x_value[i] = __fmul_rn(Fp8PairToFloat2<kLhs>(__ldg(x_rows[i] + kb + kk)).x, x_scale[i]);
+    for (int h = 0; h < kRowTiles; ++h)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        x_value[h][i] = __fmul_rn(Fp8PairToFloat2<kLhs>(__ldg(x_rows[h][i] + kb + kk)).x, x_scale[h][i]);
 #pragma unroll
     for (int c = 0; c < kLaneCols; ++c) {
-      const float w_value = __fmul_rn(Fp8PairToFloat2<kRhs>(WeightCode<kTransposed>(l, c, kb + kk)).x, w_scale[c]);
+      const float w_value =
+          __fmul_rn(Fp8PairToFloat2<kRhs>(WeightCode<kRowTiles, kTransposed>(l, c, kb + kk)).x, w_scale[c]);
 #pragma unroll
-      for (int i = 0; i < 2; ++i) acc[c / 2][2 * (c % 2) + i] = fmaf(x_value[i], w_value, acc[c / 2][2 * (c % 2) + i]);
+      for (int h = 0; h < kRowTiles; ++h)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float& a = acc[h][c / 2][2 * (c % 2) + i];
+          a = fmaf(x_value[h][i], w_value, a);
+        }
     }
   }
 }
 
 // --- a pass ---------------------------------------------------------------------------------
 
-// Per warp, per group row of the pass and column of the block: its sum over the warp's K, at
-// the column's slot (ColumnSlot).
+// Per warp, per row of the slot and column of its chunk: its sum over the warp's K, at the
+// column's place (ColumnSlot), rows of Slot<R>::kCols floats; the same 32 KB for every R.
 struct PartialSums {
-  float sums[kWarps][kPassRows][kBlockCols];
+  float sums[kWarps * kTileRows * kBlockCols];
 };
 
 // Where lane group g stores its local columns 4q .. 4q + 3 of a row, as one 16-byte store
 // (against 4-byte ones: decode-zipf forward 0.158 -> 0.150 ms on an H100). Forward keeps the
-// block's columns in order; dgrad's (g + 8c) are swizzled so that a warp reading 32
+// chunk's columns in order; dgrad's (g + 8c) are swizzled so that a warp reading 32
 // consecutive columns touches 32 banks.
-template <bool kTransposed>
+template <int kRowTiles, bool kTransposed>
 __device__ inline int LaneSlot(int g, int q) {
-  return kLaneCols * g + 4 * (kTransposed ? q ^ (g / 2) : q);
+  constexpr int kLaneCols = Slot<kRowTiles>::kLaneCols;
+  return kLaneCols * g + 4 * (kTransposed ? q ^ (g * kLaneCols / 32) : q);
 }
 
-template <bool kTransposed>
+template <int kRowTiles, bool kTransposed>
 __device__ inline int ColumnSlot(int column) {
   if constexpr (!kTransposed) return column;
   const int g = column % 8, c = column / 8;
-  return LaneSlot<true>(g, c / 4) + c % 4;
+  return LaneSlot<kRowTiles, true>(g, c / 4) + c % 4;
 }
 
-// The block column (0..127) of local column c of lane group g.
-template <bool kTransposed>
-__device__ inline int BlockColumn(int g, int c) {
-  return kTransposed ? g + 8 * c : kLaneCols * g + c;
+// The chunk column (0 .. kCols - 1) of local column c of lane group g.
+template <int kRowTiles, bool kTransposed>
+__device__ inline int ChunkColumn(int g, int c) {
+  return kTransposed ? g + 8 * c : Slot<kRowTiles>::kLaneCols * g + c;
 }
 
-template <bool kTransposed, bool kWide, Fp8Format kLhs, Fp8Format kRhs, typename O>
+template <int kRowTiles, bool kTransposed, bool kWide, Fp8Format kLhs, Fp8Format kRhs, typename O>
 __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const Pass& pass,
                         PartialSums& partial) {
+  using S = Slot<kRowTiles>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kBlockCols;
-  const int64_t first_col = col0 + BlockColumn<kTransposed>(g, 0);
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kBlockCols + pass.chunk * S::kCols;
+  const int64_t first_col = col0 + ChunkColumn<kRowTiles, kTransposed>(g, 0);
   const int64_t cols_left = p.n - first_col;  // columns of N from the lane's first one on
 
-  LaneOperands l;
+  LaneOperands<kRowTiles> l;
   l.k = p.k;
   l.n = p.n;
   l.valid_cols = static_cast<int>(
-      cols_left <= 0 ? 0 : MinI64(kLaneCols, kTransposed ? CeilDiv(cols_left, 8) : cols_left));
+      cols_left <= 0 ? 0 : MinI64(S::kLaneCols, kTransposed ? CeilDiv(cols_left, 8) : cols_left));
   l.w = o.rhs + pass.group * p.k * p.n + (kTransposed ? first_col * p.k : first_col);
   l.w_scale_row_bytes = mxfp8::RhsScaleRowBytes(p);
   l.w_scales = o.rhs_scales + pass.group * mxfp8::RhsGroupScaleBytes(p) +
                (kTransposed ? first_col * l.w_scale_row_bytes : first_col);
-  l.x = o.lhs + (pass.row_begin + MinI64(g, pass.rows - 1)) * p.k;
-  const int64_t x_scale_row_bytes = mxfp8::LhsScaleRowBytes(p);
+#pragma unroll
+  for (int h = 0; h < kRowTiles; ++h)
+    l.x[h] = o.lhs + (pass.row_begin + MinI64(kTileRows * h + g, pass.rows - 1)) * p.k;
+  l.lhs_scales = o.lhs_scales;
+  l.x_scale_offsets = pass.lhs_scale_offsets;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int r = 2 * t + i;
-    const int64_t scale_row = r < pass.rows ? pass.lhs_scale_rows[r] : -1;
-    l.x_scales[i] = scale_row >= 0 ? o.lhs_scales + scale_row * x_scale_row_bytes : nullptr;
+    const int64_t offset = pass.lhs_scale_offsets[2 * t + i];
+    l.x_scale_rows[i] = kRowTiles == 1 && offset >= 0 ? o.lhs_scales + offset : nullptr;
   }
 
   // The warp's MX blocks of K: every kWarps-th one from its index on, so that the block's
@@ -350,37 +448,43 @@ __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const
   // (Loading the next block while multiplying this one needs 170 registers, so 8 warps per SM
   // instead of 16: slower, measured.)
   const int64_t blocks = CeilDiv(p.k, mxfp8::kBlockSize);
-  float acc[kTiles][4] = {};
+  Accumulators<kRowTiles> acc = {};
   for (int64_t block = warp; block < blocks; block += kWarps) {
     const int64_t kb = block * mxfp8::kBlockSize;
     if (!kTransposed && block + kWarps < blocks) PrefetchForwardBlock(l, kb + kWarps * mxfp8::kBlockSize);
-    BlockLoads loads;
-    LoadBlock<kTransposed, kWide>(l, kb, loads);
+    BlockLoads<kRowTiles> loads;
+    LoadBlock<kRowTiles, kTransposed, kWide>(l, kb, loads);
     if (__any_sync(0xffffffffu, OutsideSafeScales(loads))) {
-      MultiplyBlockExactly<kTransposed, kLhs, kRhs>(p, o, pass, l, kb, loads, acc);
+      MultiplyBlockExactly<kRowTiles, kTransposed, kLhs, kRhs>(p, o, pass, l, kb, loads, acc);
     } else {
-      MultiplyBlock<kTransposed, kLhs, kRhs>(loads, acc);
+      MultiplyBlock<kRowTiles, kTransposed, kLhs, kRhs>(loads, acc);
     }
   }
 
-  // Row 2t + i of local columns 4q .. 4q + 3: acc[2q][i], acc[2q][i + 2], acc[2q + 1][i], ..
+  // Row 8h + 2t + i of local columns 4q .. 4q + 3: acc[h][2q][i], acc[h][2q][i + 2],
+  // acc[h][2q + 1][i], acc[h][2q + 1][i + 2].
+  float* warp_sums = partial.sums + warp * S::kRows * S::kCols;
 #pragma unroll
-  for (int q = 0; q < kTiles / 2; ++q)
+  for (int h = 0; h < kRowTiles; ++h)
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      *reinterpret_cast<float4*>(&partial.sums[warp][2 * t + i][LaneSlot<kTransposed>(g, q)]) =
-          make_float4(acc[2 * q][i], acc[2 * q][i + 2], acc[2 * q + 1][i], acc[2 * q + 1][i + 2]);
+    for (int q = 0; q < S::kLaneWords; ++q)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = kTileRows * h + 2 * t + i;
+        *reinterpret_cast<float4*>(&warp_sums[row * S::kCols + LaneSlot<kRowTiles, kTransposed>(g, q)]) =
+            make_float4(acc[h][2 * q][i], acc[h][2 * q][i + 2], acc[h][2 * q + 1][i], acc[h][2 * q + 1][i + 2]);
+      }
   __syncthreads();
   O* out = static_cast<O*>(o.out);
-  for (int e = threadIdx.x; e < pass.rows * kBlockCols; e += kThreads) {
-    const int r = e / kBlockCols, c = e % kBlockCols;
+  for (int e = threadIdx.x; e < pass.rows * S::kCols; e += kThreads) {
+    const int r = e / S::kCols, c = e % S::kCols;
     if (col0 + c >= p.n) continue;
-    const int slot = ColumnSlot<kTransposed>(c);
-    float sum = partial.sums[0][r][slot];
+    const float* column = partial.sums + r * S::kCols + ColumnSlot<kRowTiles, kTransposed>(c);
+    float sum = column[0];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) sum += partial.sums[w][r][slot];
+    for (int w = 1; w < kWarps; ++w) sum += column[w * S::kRows * S::kCols];
     // A row of no lhs group is 0 whatever its codes hold.
-    out[(pass.row_begin + r) * p.n + col0 + c] = FromFloat<O>(pass.lhs_scale_rows[r] >= 0 ? sum : 0.0f);
+    out[(pass.row_begin + r) * p.n + col0 + c] = FromFloat<O>(pass.lhs_scale_offsets[r] >= 0 ? sum : 0.0f);
   }
 }
 
@@ -393,6 +497,13 @@ __device__ void ZeroRows(const RaggedMProblem& p, const RaggedMOperands& o, cons
     out[(pass.row_begin + t / cols) * p.n + col0 + t % cols] = FromFloat<O>(0.0f);
 }
 
+// The forward's passes are of one row tile: its loads are per weight row (8 per MX block
+// whatever a lane's columns), so passes of 2 and 4 row tiles saved only conversions; measured
+// on an H100 (2026-11-24, ninth session), decode-zipf no faster and decode 3% slower. Dgrad's
+// loads are per column, so there fewer columns per lane are fewer loads.
+template <bool kTransposed>
+constexpr bool kOneTilePasses = !kTransposed;
+
 template <bool kTransposed, bool kWide, Fp8Format kLhs, Fp8Format kRhs, typename O>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) Mxfp8RaggedMKernel(RaggedMProblem p,
                                                                RaggedMOperands o, int64_t slots) {
@@ -402,9 +513,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) Mxfp8RaggedMKernel(
   for (int64_t slot = blockIdx.y; slot < slots; slot += gridDim.y) {
     __syncthreads();  // the previous slot is done with `pass` and `partial`
     if (threadIdx.x < 32) {
-      const bool found = mxfp8_ragged_m::LocatePass(p, o.group_sizes, slot, &pass);
+      const bool found = mxfp8_ragged_m::LocatePass(p, o.group_sizes, slot, kOneTilePasses<kTransposed>, &pass);
       __syncwarp();  // pass.row_begin and rows, written by one lane
-      if (found && !pass.tail) mxfp8_ragged_m::LocateLhsScaleRows(p, o.lhs_group_sizes, &pass);
+      if (found && !pass.tail) mxfp8_ragged_m::LocateLhsScales(p, o.lhs_group_sizes, &pass);
       if (threadIdx.x == 0) has_work = found;
     }
     __syncthreads();
@@ -412,8 +523,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) Mxfp8RaggedMKernel(
     // `pass` stays in shared memory (read there) until the next slot's first barrier.
     if (pass.tail) {
       ZeroRows<O>(p, o, pass);
+    } else if (kOneTilePasses<kTransposed> || pass.row_tiles == 1) {
+      RunPass<1, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
+    } else if (pass.row_tiles == 2) {
+      RunPass<2, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
     } else {
-      RunPass<kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
+      RunPass<4, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
     }
   }
 }
@@ -421,7 +536,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) Mxfp8RaggedMKernel(
 // kWide: the weights' contiguous dimension (N forward, K dgrad) allows the wide loads.
 template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
 cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream_t stream) {
-  const int64_t slots = mxfp8::MaxSumOfTiles(p.rows, p.num_groups, kPassRows) + 1;
+  const int64_t slots = mxfp8::MaxSumOfTiles(p.rows, p.num_groups, kTileRows) + 1;
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, kBlockCols)),
                   static_cast<unsigned>(MinI64(kMaxGridY, slots)));
   const bool wide = kTransposed ? p.k % 8 == 0 : p.n % 16 == 0;

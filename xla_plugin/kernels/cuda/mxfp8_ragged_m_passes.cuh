@@ -1,7 +1,15 @@
 // Where the passes of the fused MXFP8 grouped GEMM (mxfp8_ragged_m_cuda.cu) are: a block's
-// work is one "slot", every group's passes of kPassRows rows in group order, then one slot
-// for the rows of no group. Located by warp scans of the device group sizes (clamped as
-// ragged_layout.h says), so no schedule is written to HBM.
+// work is one "slot", each group's slots in group order, then one slot for the rows of no
+// group. Located by warp scans of the device group sizes (clamped as ragged_layout.h says), so
+// no schedule is written to HBM.
+//
+// A group of r rows has T = ceil(r / 8) row tiles (the mma's 8-wide operand) and takes T slots
+// of each 128-column block: as passes of 4 row tiles, then at most one of 2 and one of 1 (the
+// binary digits of T), the last one holding the partial tile; or, where the kernel asks for
+// passes of one row tile (the forward, mxfp8_ragged_m_cuda.cu says why), T passes of 1. A pass of R row tiles is R slots,
+// each computing its 8R rows for 128 / R of the block's columns, so a slot's mma count is the
+// same whatever R, and the rows of a large group load and convert each weight byte once per
+// 8R rows instead of once per 8.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_RAGGED_M_PASSES_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_RAGGED_M_PASSES_CUH_
 
@@ -14,16 +22,37 @@ namespace jgg::cuda::mxfp8_ragged_m {
 
 using mxfp8::RaggedMProblem;
 
-constexpr int kPassRows = 8;  // group rows per pass: the mma's 8-wide operand
+constexpr int kTileRows = 8;                           // rows of a row tile
+constexpr int kMaxRowTiles = 4;                        // row tiles of the largest pass
+constexpr int kMaxPassRows = kTileRows * kMaxRowTiles;
 
-// A block's work: up to kPassRows rows of one group, or (tail) the rows no group covers.
+// A block's work: up to 8 * row_tiles rows of one group (its columns: chunk `chunk` of
+// 128 / row_tiles of the block's 128), or (tail) the rows no group covers.
 struct Pass {
   int64_t group;
   int64_t row_begin;  // first output (and lhs) row
   int64_t rows;
+  int row_tiles;      // 1, 2 or 4
+  int chunk;          // 0 .. row_tiles - 1
   bool tail;
-  int64_t lhs_scale_rows[kPassRows];  // of each lhs row: its scale row, -1 in no lhs group
+  // Of each row of the pass: the byte offset of its lhs scale row, -1 in no lhs group or past
+  // the pass's rows.
+  int64_t lhs_scale_offsets[kMaxPassRows];
 };
+
+// Slot s (0 <= s < tiles) of a group of `tiles` row tiles, as the header says.
+struct SlotInGroup {
+  int64_t first_tile;
+  int row_tiles, chunk;
+};
+
+__host__ __device__ inline SlotInGroup GroupSlot(int64_t tiles, int64_t s, bool one_tile_passes) {
+  if (one_tile_passes) return {s, 1, 0};
+  const int64_t in_fours = tiles / 4 * 4;  // tiles (and slots) in passes of 4
+  if (s < in_fours) return {s / 4 * 4, 4, static_cast<int>(s % 4)};
+  if (tiles % 4 >= 2 && s < in_fours + 2) return {in_fours, 2, static_cast<int>(s - in_fours)};
+  return {tiles - 1, 1, 0};
+}
 
 __device__ inline int64_t WarpInclusiveSum(int64_t v) {
   const int lane = threadIdx.x % 32;
@@ -56,58 +85,65 @@ __device__ inline GroupRows NextGroupRows(const int32_t* sizes, int64_t num_grou
 // Warp 0: the pass of `slot` (all but its lhs scale rows), written to *pass by one lane;
 // false when the slot has no work.
 __device__ inline bool LocatePass(const RaggedMProblem& p, const int32_t* sizes, int64_t slot,
-                           Pass* pass) {
+                                  bool one_tile_passes, Pass* pass) {
   const int lane = threadIdx.x % 32;
-  int64_t rows_before = 0, passes_before = 0;
+  int64_t rows_before = 0, slots_before = 0;
   for (int64_t base = 0; base < p.num_groups; base += 32) {
     const GroupRows group = NextGroupRows(sizes, p.num_groups, p.rows, base, &rows_before);
-    const int64_t passes = CeilDiv(group.rows, kPassRows);
-    const int64_t passes_incl = WarpInclusiveSum(passes);
-    const int64_t first_pass = passes_before + passes_incl - passes;
-    const unsigned hit = __ballot_sync(0xffffffffu, slot >= first_pass && slot < first_pass + passes);
+    const int64_t tiles = CeilDiv(group.rows, kTileRows);  // = the group's slots
+    const int64_t tiles_incl = WarpInclusiveSum(tiles);
+    const int64_t first_slot = slots_before + tiles_incl - tiles;
+    const unsigned hit = __ballot_sync(0xffffffffu, slot >= first_slot && slot < first_slot + tiles);
     if (hit != 0) {
       if (lane == __ffs(hit) - 1) {
-        const int64_t in_group = (slot - first_pass) * kPassRows;
+        const SlotInGroup s = GroupSlot(tiles, slot - first_slot, one_tile_passes);
+        const int64_t in_group = s.first_tile * kTileRows;
         pass->group = base + lane;
         pass->row_begin = group.begin + in_group;
-        pass->rows = MinI64(kPassRows, group.rows - in_group);
+        pass->rows = MinI64(kTileRows * s.row_tiles, group.rows - in_group);
+        pass->row_tiles = s.row_tiles;
+        pass->chunk = s.chunk;
         pass->tail = false;
       }
       return true;
     }
-    passes_before += __shfl_sync(0xffffffffu, passes_incl, 31);
+    slots_before += __shfl_sync(0xffffffffu, tiles_incl, 31);
   }
-  if (slot != passes_before) return false;
+  if (slot != slots_before) return false;
   const int64_t covered = MinI64(p.rows, rows_before);
   if (lane == 0) {
     pass->group = p.num_groups;
     pass->row_begin = covered;
     pass->rows = p.rows - covered;
+    pass->row_tiles = 1;
+    pass->chunk = 0;
     pass->tail = true;
   }
   return covered < p.rows;
 }
 
-// Warp 0: pass->lhs_scale_rows. A grouped lhs's groups have scale matrices of
+// Warp 0: pass->lhs_scale_offsets. A grouped lhs's groups have scale matrices of
 // 128 * ceil(rows / 128) rows, one after another (mxfp8_layout.h).
-__device__ inline void LocateLhsScaleRows(const RaggedMProblem& p, const int32_t* lhs_sizes,
-                                   Pass* pass) {
+__device__ inline void LocateLhsScales(const RaggedMProblem& p, const int32_t* lhs_sizes,
+                                       Pass* pass) {
   const int lane = threadIdx.x % 32;
+  const int64_t row_bytes = mxfp8::LhsScaleRowBytes(p);
   if (!p.lhs_grouped) {
-    if (lane < kPassRows) pass->lhs_scale_rows[lane] = pass->row_begin + lane;
+    pass->lhs_scale_offsets[lane] = lane < pass->rows ? (pass->row_begin + lane) * row_bytes : -1;
     return;
   }
-  if (lane < kPassRows) pass->lhs_scale_rows[lane] = -1;
+  pass->lhs_scale_offsets[lane] = -1;
   __syncwarp();
   int64_t rows_before = 0, scale_rows_before = 0;
   for (int64_t base = 0; base < p.lhs_num_groups; base += 32) {
     const GroupRows group = NextGroupRows(lhs_sizes, p.lhs_num_groups, p.rows, base, &rows_before);
     const int64_t scale_rows = CeilDiv(group.rows, mxfp8::kScaleTileRows) * mxfp8::kScaleTileRows;
     const int64_t scale_incl = WarpInclusiveSum(scale_rows);
-    for (int r = 0; r < pass->rows && r < kPassRows; ++r) {
+    for (int r = 0; r < pass->rows; ++r) {
       const int64_t row = pass->row_begin + r;
       if (row >= group.begin && row < group.begin + group.rows)
-        pass->lhs_scale_rows[r] = scale_rows_before + scale_incl - scale_rows + row - group.begin;
+        pass->lhs_scale_offsets[r] =
+            (scale_rows_before + scale_incl - scale_rows + row - group.begin) * row_bytes;
     }
     scale_rows_before += __shfl_sync(0xffffffffu, scale_incl, 31);
   }
