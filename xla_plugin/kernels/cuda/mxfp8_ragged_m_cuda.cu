@@ -63,6 +63,14 @@ __device__ inline uint32_t Fp8PairToHalf2(uint32_t pair) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
+// The fast path's factor 2^(e - 127) of scale byte i of `word`: its scales are below 0xFF
+// (OutsideSafeScales), so the factor is e << 23, or 2^-127's bits for e = 0 (an integer max:
+// fewer instructions than ScaleFactor's two special cases).
+__device__ inline float SafeScaleFactor(uint32_t word, int i) {
+  const uint32_t bits = (i < 3 ? word << (23 - 8 * i) : word >> 1) & 0x7F800000u;
+  return __uint_as_float(max(bits, 0x00400000u));
+}
+
 __device__ inline float ScaleFactor(uint32_t e) {
   return __uint_as_float(mxfp8::ScaleBits(static_cast<uint8_t>(e)));
 }
@@ -197,14 +205,34 @@ __device__ inline void LoadWeightRow(const LaneOperands<kRowTiles>& l, int64_t k
 }
 
 // Dgrad: local column c's 8 bytes of the MX block at kb (contraction kb + 8t ..), zeros past
-// K and N. kWide: K % 8 == 0, one aligned 8-byte load; else two 4-byte words.
-template <int kRowTiles, bool kWide>
+// K and N; kInside: the caller knows they are all inside. kWide: K % 8 == 0, one aligned 8-byte
+// load; else two 4-byte words.
+template <bool kInside, int kRowTiles, bool kWide>
 __device__ inline uint2 LoadWeightColumn(const LaneOperands<kRowTiles>& l, int c, int64_t kb) {
   const int64_t k = kb + 8 * (threadIdx.x % 4);
-  if (c >= l.valid_cols || k >= l.k) return make_uint2(0, 0);
+  if (!kInside && (c >= l.valid_cols || k >= l.k)) return make_uint2(0, 0);
   const uint8_t* p = l.w + 8 * c * l.k + k;
   if (kWide) return __ldg(reinterpret_cast<const uint2*>(p));
-  return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(p)), LoadXWord(p, 4, l.k - k));
+  const uint32_t high = kInside ? __ldg(reinterpret_cast<const uint32_t*>(p + 4)) : LoadXWord(p, 4, l.k - k);
+  return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(p)), high);
+}
+
+// Dgrad: the lane's columns' bytes and scales of the MX block at kb (see LoadWeightColumn).
+template <bool kInside, int kRowTiles, bool kWide>
+__device__ inline void LoadColumns(const LaneOperands<kRowTiles>& l, int64_t kb, BlockLoads<kRowTiles>& b) {
+  using S = Slot<kRowTiles>;
+  const int64_t block = kb / mxfp8::kBlockSize;
+#pragma unroll
+  for (int i = 0; i < S::kLaneWords; ++i) b.w_scales[i] = 0;
+#pragma unroll
+  for (int c = 0; c < S::kLaneCols; ++c) {
+    const uint2 v = LoadWeightColumn<kInside, kRowTiles, kWide>(l, c, kb);
+    b.w[2 * c] = v.x, b.w[2 * c + 1] = v.y;
+    const uint32_t e = kInside || c < l.valid_cols
+                           ? __ldg(l.w_scales + 8 * c * l.w_scale_row_bytes + block)
+                           : kNeutralScale;
+    b.w_scales[c / 4] |= e << (8 * (c % 4));
+  }
 }
 
 template <int kRowTiles, bool kTransposed, bool kWide>
@@ -229,17 +257,12 @@ __device__ inline void LoadBlock(const LaneOperands<kRowTiles>& l, int64_t kb, B
     if constexpr (S::kLaneWords == 4) {  // a lane of 16 columns may have 8 inside N
       if (l.valid_cols <= 8) b.w_scales[2] = b.w_scales[3] = kNeutral4;
     }
+  } else if (l.valid_cols == S::kLaneCols && kb + 8 * t + 8 <= l.k) {
+    // All of the lane's columns inside N and its bytes inside K (every lane but those at the
+    // edges): no bounds check per column, each of which was a branch.
+    LoadColumns<true, kRowTiles, kWide>(l, kb, b);
   } else {
-#pragma unroll
-    for (int i = 0; i < S::kLaneWords; ++i) b.w_scales[i] = 0;
-#pragma unroll
-    for (int c = 0; c < S::kLaneCols; ++c) {
-      const uint2 v = LoadWeightColumn<kRowTiles, kWide>(l, c, kb);
-      b.w[2 * c] = v.x, b.w[2 * c + 1] = v.y;
-      const uint32_t e = c < l.valid_cols ? __ldg(l.w_scales + 8 * c * l.w_scale_row_bytes + block)
-                                          : kNeutralScale;
-      b.w_scales[c / 4] |= e << (8 * (c % 4));
-    }
+    LoadColumns<false, kRowTiles, kWide>(l, kb, b);
   }
 #pragma unroll
   for (int h = 0; h < kRowTiles; ++h)
@@ -311,8 +334,8 @@ __device__ inline void MultiplyBlock(const BlockLoads<kRowTiles>& b, Accumulator
       x_frag[h][s][0] = Fp8PairToHalf2<kLhs>(b.x[h][s] & 0xFFFFu);  // k-slots 2t, 2t+1
       x_frag[h][s][1] = Fp8PairToHalf2<kLhs>(b.x[h][s] >> 16);      // k-slots 2t+8, 2t+9
     }
-    x_scale[h][0] = ScaleFactor(b.x_scales[h][0]);
-    x_scale[h][1] = ScaleFactor(b.x_scales[h][1]);
+    x_scale[h][0] = SafeScaleFactor(b.x_scales[h][0], 0);
+    x_scale[h][1] = SafeScaleFactor(b.x_scales[h][1], 0);
   }
 #pragma unroll
   for (int j = 0; j < Slot<kRowTiles>::kColTiles; ++j) {
@@ -324,7 +347,8 @@ __device__ inline void MultiplyBlock(const BlockLoads<kRowTiles>& b, Accumulator
 #pragma unroll
       for (int h = 0; h < kRowTiles; ++h) Mma16816(a, x_frag[h][s], c[h]);
     }
-    const float w_scale[2] = {ScaleFactor(Byte(b.w_scales, 2 * j)), ScaleFactor(Byte(b.w_scales, 2 * j + 1))};
+    const float w_scale[2] = {SafeScaleFactor(b.w_scales[j / 2], 2 * (j % 2)),
+                              SafeScaleFactor(b.w_scales[j / 2], 2 * (j % 2) + 1)};
 #pragma unroll
     for (int h = 0; h < kRowTiles; ++h)
 #pragma unroll
