@@ -13,9 +13,9 @@
 // 2t+8, 2t+9}, so its slice of each x row is one 4-byte word per step. Each lane owns 16 / R
 // output columns ("local" columns c = 2j + i/2 of its accumulators acc[h][j][i], j the column
 // tile, h the row tile):
-//   forward (rhs [G, K, N], colwise): columns (16 / R) g + c, consecutive, so a weight row is
-//     one 16 / R-byte load per lane (a warp reads 128 / R-byte rows), its 8 rows per MX block
-//     interleaved into fragments by byte permutes;
+//   forward (rhs [G, K, N], colwise; passes of one row tile): columns 16g + c, consecutive, so
+//     a weight row is one 16-byte load per lane (a warp reads whole 128-byte rows), its 8 rows
+//     per MX block interleaved into fragments by byte permutes;
 //   dgrad (rhs_transposed: rhs [G, N, K], rowwise): columns g + 8c, whose rows hold the
 //     contraction, so each is one 8-byte load per MX block that already is two fragments.
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_cuda.h"
@@ -106,7 +106,7 @@ struct LaneOperands {
   const uint8_t* lhs_scales;
   const volatile int64_t* x_scale_offsets;
   int64_t k, n;
-  int valid_cols;  // local columns inside N: forward 0, 8 or kLaneCols; dgrad c < valid_cols
+  int valid_cols;  // local columns inside N: forward 0, 8 or 16; dgrad c < valid_cols
 };
 
 // What a lane reads for one MX block (32 deep) of its slot. w: forward, word q of row 8t + 4s
@@ -169,33 +169,29 @@ __device__ inline uint32_t LoadXWord(const uint8_t* x, int64_t k, int64_t k_end)
   return k < k_end ? __ldg(reinterpret_cast<const uint32_t*>(x + k)) : 0u;
 }
 
-// The kWords words at p (aligned to their size, 4 * kWords bytes), read at once.
+// The 4 (kWords) or 2 words at p (aligned to their size), read at once.
 template <int kWords>
 __device__ inline void LoadWords(const uint8_t* p, uint32_t* words) {
+  static_assert(kWords == 4 || kWords == 2);
   if constexpr (kWords == 4) {
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
     words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
-  } else if constexpr (kWords == 2) {
+  } else {
     const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
     words[0] = v.x, words[1] = v.y;
-  } else {
-    words[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
   }
 }
 
-// Forward: the lane's kLaneCols weight bytes of row k into `words`, zeros past K and N. A lane
-// of fewer than 16 columns has all of them inside N or none (N % 8 == 0). With 16, kWide: N %
-// 16 == 0, one aligned 16-byte load; else N % 16 == 8, two 8-byte halves.
-template <int kRowTiles, bool kWide>
-__device__ inline void LoadWeightRow(const LaneOperands<kRowTiles>& l, int64_t k, uint32_t* words) {
-  constexpr int kWords = Slot<kRowTiles>::kLaneWords;
+// Forward: the lane's 16 weight bytes of row k into `words`, zeros past K and N. kWide: N % 16
+// == 0, one aligned 16-byte load; else N % 16 == 8, two 8-byte halves.
+template <bool kWide>
+__device__ inline void LoadWeightRow(const LaneOperands<1>& l, int64_t k, uint32_t* words) {
   if (l.valid_cols == 0 || k >= l.k) {
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) words[i] = 0;
+    words[0] = words[1] = words[2] = words[3] = 0;
     return;
   }
   const uint8_t* row = l.w + k * l.n;
-  if (kWords < 4 || kWide) return LoadWords<kWords>(row, words);
+  if (kWide) return LoadWords<4>(row, words);
   LoadWords<2>(row, words);
   if (l.valid_cols > 8) {
     LoadWords<2>(row + 8, words + 2);
@@ -245,18 +241,16 @@ __device__ inline void LoadBlock(const LaneOperands<kRowTiles>& l, int64_t kb, B
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) b.x[h][s] = LoadXWord(l.x[h], kb + 8 * t + 4 * s, l.k);
   if constexpr (!kTransposed) {
+    static_assert(kRowTiles == 1, "the forward's passes are of one row tile (kOneTilePasses)");
 #pragma unroll
     for (int row = 0; row < 8; ++row)
-      LoadWeightRow<kRowTiles, kWide>(l, kb + 8 * t + row, b.w + S::kLaneWords * row);
+      LoadWeightRow<kWide>(l, kb + 8 * t + row, b.w + 4 * row);
     if (l.valid_cols > 0) {
-      LoadWords<S::kLaneWords>(l.w_scales + block * l.w_scale_row_bytes, b.w_scales);
+      LoadWords<4>(l.w_scales + block * l.w_scale_row_bytes, b.w_scales);
     } else {
-#pragma unroll
-      for (int i = 0; i < S::kLaneWords; ++i) b.w_scales[i] = kNeutral4;
+      b.w_scales[0] = b.w_scales[1] = kNeutral4;
     }
-    if constexpr (S::kLaneWords == 4) {  // a lane of 16 columns may have 8 inside N
-      if (l.valid_cols <= 8) b.w_scales[2] = b.w_scales[3] = kNeutral4;
-    }
+    if (l.valid_cols <= 8) b.w_scales[2] = b.w_scales[3] = kNeutral4;
   } else if (l.valid_cols == S::kLaneCols && kb + 8 * t + 8 <= l.k) {
     // All of the lane's columns inside N and its bytes inside K (every lane but those at the
     // edges): no bounds check per column, each of which was a branch.
@@ -299,11 +293,10 @@ __device__ inline void PrefetchForwardBlock(const LaneOperands<kRowTiles>& l, in
 template <int kRowTiles, bool kTransposed, Fp8Format kRhs>
 __device__ inline void WeightFragment(const BlockLoads<kRowTiles>& b, int j, int s, uint32_t (&a)[4]) {
   if constexpr (!kTransposed) {
-    constexpr int kWords = Slot<kRowTiles>::kLaneWords;
     const uint32_t selector = j % 2 == 0 ? 0x5140u : 0x7362u;  // {r0.c, r1.c, r0.c+1, r1.c+1}
     const int q = j / 2;
-    const uint32_t rows01 = __byte_perm(b.w[kWords * (4 * s) + q], b.w[kWords * (4 * s + 1) + q], selector);
-    const uint32_t rows23 = __byte_perm(b.w[kWords * (4 * s + 2) + q], b.w[kWords * (4 * s + 3) + q], selector);
+    const uint32_t rows01 = __byte_perm(b.w[4 * (4 * s) + q], b.w[4 * (4 * s + 1) + q], selector);
+    const uint32_t rows23 = __byte_perm(b.w[4 * (4 * s + 2) + q], b.w[4 * (4 * s + 3) + q], selector);
     a[0] = Fp8PairToHalf2<kRhs>(rows01 & 0xFFFFu);
     a[1] = Fp8PairToHalf2<kRhs>(rows01 >> 16);
     a[2] = Fp8PairToHalf2<kRhs>(rows23 & 0xFFFFu);
@@ -549,10 +542,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) Mxfp8RaggedMKernel(
       ZeroRows<O>(p, o, pass);
     } else if (kOneTilePasses<kTransposed> || pass.row_tiles == 1) {
       RunPass<1, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
-    } else if (pass.row_tiles == 2) {
-      RunPass<2, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
-    } else {
-      RunPass<4, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
+    } else if constexpr (!kOneTilePasses<kTransposed>) {
+      if (pass.row_tiles == 2) {
+        RunPass<2, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
+      } else {
+        RunPass<4, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
+      }
     }
   }
 }

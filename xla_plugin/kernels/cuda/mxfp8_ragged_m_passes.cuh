@@ -6,10 +6,10 @@
 // A group of r rows has T = ceil(r / 8) row tiles (the mma's 8-wide operand) and takes T slots
 // of each 128-column block: as passes of 4 row tiles, then at most one of 2 and one of 1 (the
 // binary digits of T), the last one holding the partial tile; or, where the kernel asks for
-// passes of one row tile (the forward, mxfp8_ragged_m_cuda.cu says why), T passes of 1. A pass of R row tiles is R slots,
-// each computing its 8R rows for 128 / R of the block's columns, so a slot's mma count is the
-// same whatever R, and the rows of a large group load and convert each weight byte once per
-// 8R rows instead of once per 8.
+// passes of one row tile (the forward: mxfp8_ragged_m_cuda.cu says why), T passes of 1. A pass
+// of R row tiles is R slots, each computing its 8R rows for 128 / R of the block's columns, so
+// a slot's mma count is the same whatever R, and the rows of a large group load and convert
+// each weight byte once per 8R rows instead of once per 8.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_RAGGED_M_PASSES_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_RAGGED_M_PASSES_CUH_
 
@@ -46,7 +46,7 @@ struct SlotInGroup {
   int row_tiles, chunk;
 };
 
-__host__ __device__ inline SlotInGroup GroupSlot(int64_t tiles, int64_t s, bool one_tile_passes) {
+__device__ inline SlotInGroup GroupSlot(int64_t tiles, int64_t s, bool one_tile_passes) {
   if (one_tile_passes) return {s, 1, 0};
   const int64_t in_fours = tiles / 4 * 4;  // tiles (and slots) in passes of 4
   if (s < in_fours) return {s / 4 * 4, 4, static_cast<int>(s % 4)};
