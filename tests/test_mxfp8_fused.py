@@ -245,8 +245,9 @@ def test_agrees_with_the_dequantize_backend_on_special_values(gemm, case):
 
 
 def test_under_vmap_and_grad_of_grouped_dense():
-  """The recipe's forward and dgrad take the fused kernel (few rows per group), wgrad the
-  dequantize backend; the gradients match the f32 ones to MXFP8 precision."""
+  """The recipe's forward and dgrad take the fused ragged-M kernel (few rows per group; its
+  wgrad the fused ragged-K one, test_mxfp8_fused_wgrad.py); the gradients match the f32 ones
+  to MXFP8 precision."""
   m, k, n, sizes = CASES["decode_like"]
   rng = np.random.default_rng(9)
   x = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)

@@ -35,6 +35,7 @@ constexpr const char kMxfp8DequantizeTargetV1[] = "jgg_mxfp8_dequantize_v1";
 // _v2 added the rhs_transposed attribute (dgrad); _v1 calls are the forward orientation.
 constexpr const char kMxfp8RaggedMTarget[] = "jgg_mxfp8_ragged_m_v2";
 constexpr const char kMxfp8RaggedMTargetV1[] = "jgg_mxfp8_ragged_m_v1";
+constexpr const char kMxfp8RaggedKTarget[] = "jgg_mxfp8_ragged_k_v1";
 constexpr const char kMxfp8BlockScaledTarget[] = "jgg_mxfp8_blockscaled_v1";
 
 nb::capsule Capsule(XLA_FFI_Handler* handler) {
@@ -63,6 +64,7 @@ const Target kTargets[] = {
     {kMxfp8DequantizeTargetV1, JggMxfp8DequantizeCpu, JGG_CUDA_HANDLER(JggMxfp8DequantizeCuda)},
     {kMxfp8RaggedMTarget, JggMxfp8RaggedMV2Cpu, JGG_CUDA_HANDLER(JggMxfp8RaggedMV2Cuda)},
     {kMxfp8RaggedMTargetV1, JggMxfp8RaggedMCpu, JGG_CUDA_HANDLER(JggMxfp8RaggedMCuda)},
+    {kMxfp8RaggedKTarget, JggMxfp8RaggedKCpu, JGG_CUDA_HANDLER(JggMxfp8RaggedKCuda)},
     {kMxfp8BlockScaledTarget, JggMxfp8BlockScaledCpu, JGG_CUDA_HANDLER(JggMxfp8BlockScaledCuda)},
 };
 
@@ -127,6 +129,7 @@ NB_MODULE(_jgg_native, m) {
   m.attr("MXFP8_RAGGED_M_TARGET") = kMxfp8RaggedMTarget;
   m.attr("MXFP8_LEGACY_TARGETS") = nb::make_tuple(kMxfp8QuantizeTargetV1, kMxfp8DequantizeTargetV1);
   m.attr("MXFP8_RAGGED_M_TARGET_V1") = kMxfp8RaggedMTargetV1;
+  m.attr("MXFP8_RAGGED_K_TARGET") = kMxfp8RaggedKTarget;
   m.attr("MXFP8_WORKSPACE_BYTES") = jgg::kMxfp8WorkspaceBytes;
   m.attr("MXFP8_BLOCKSCALED_TARGET") = kMxfp8BlockScaledTarget;
   m.def("mxfp8_blockscaled_workspace_bytes", &Mxfp8BlockScaledWorkspaceBytes,

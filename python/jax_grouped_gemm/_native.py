@@ -27,6 +27,8 @@ MXFP8_DEQUANTIZE_TARGET: str = _module.MXFP8_DEQUANTIZE_TARGET
 MXFP8_RAGGED_M_TARGET: str = _module.MXFP8_RAGGED_M_TARGET
 # Its forward-only first version (no rhs_transposed attribute), registered for old artifacts.
 MXFP8_RAGGED_M_TARGET_V1: str = _module.MXFP8_RAGGED_M_TARGET_V1
+# The fused MXFP8 wgrad (the same backend, a ragged contraction).
+MXFP8_RAGGED_K_TARGET: str = _module.MXFP8_RAGGED_K_TARGET
 # The block-scaled MXFP8 grouped GEMM (mxfp8_gemm.py, backend "blockscaled_sm100"): on CUDA
 # the sm_100 kernels (compute capability 10.0 only), on the CPU the reference.
 MXFP8_BLOCKSCALED_TARGET: str = _module.MXFP8_BLOCKSCALED_TARGET

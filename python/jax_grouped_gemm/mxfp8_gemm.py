@@ -47,6 +47,11 @@ dimension numbers, result dtype) from static facts only:
     result's columns of 8, no group_offset. Its products are the
     exact f32 ones whatever `precision` says (more exact than the bf16 values
     of "dequantize" only where those are inexact, see above).
+    Also the wgrad of groups averaging at most FUSED_WGRAD_MAX_ROWS_PER_GROUP
+    rows, whose time is writing the [G, K, N] result: one custom call
+    (MXFP8_RAGGED_K_TARGET) of x and dy colwise along the token axis, each with
+    its own group sizes (the GEMM's in every real use), compact scales, K and N
+    multiples of 8; on CUDA f32 multiply-adds of the values dequantized on load.
   * "dequantize" (everything else): the MXFP8 dequantize op on each MXFP8
     operand in the orientation the GEMM needs, then the BF16 (or f32) grouped
     GEMM. A dequantized bf16 copy of each operand makes a round trip through
@@ -155,20 +160,34 @@ def _dequantize_backend(problem: MXFP8GemmProblem) -> jax.Array:
 # Groups averaging at most this many rows make the forward a stream of the weights, the
 # fused kernel's case; larger ones are compute-bound and run on the BF16 tensor cores.
 FUSED_MAX_ROWS_PER_GROUP = 16
+# The fused wgrad does rows_g f32 multiply-adds per element of the [G, K, N] result on the
+# CUDA cores. An H100 does about 10 per byte it can write to HBM, so at 8 rows per group on
+# average (4 per byte of a bf16 result) they hide behind writing the result; calls with
+# larger groups take the dequantize path's tensor cores.
+FUSED_WGRAD_MAX_ROWS_PER_GROUP = 8
+FUSED_WGRAD_MAX_GROUPS = 65535  # one grid dimension of the CUDA kernel
 _FUSED_OUT_DTYPES = tuple(map(jnp.dtype, (jnp.bfloat16, jnp.float16, jnp.float32)))
 
 
 def _fused_few_rows_backend(problem: MXFP8GemmProblem) -> jax.Array:
-  """One call of the fused MXFP8 grouped GEMM: x rowwise . w colwise stack (forward), or
-  dy rowwise . (w rowwise stack)^T read in place (dgrad, rhs_transposed)."""
+  """One call of a fused MXFP8 grouped GEMM: x rowwise . w colwise stack (forward), dy
+  rowwise . (w rowwise stack)^T read in place (dgrad, rhs_transposed), or x^T . dy, both
+  colwise along the ragged token axis (wgrad)."""
   lhs, rhs = problem.lhs, problem.rhs
+  group_sizes = problem.group_sizes.astype(jnp.int32)
+  if problem.ragged_contracting:
+    out = jax.ShapeDtypeStruct((group_sizes.shape[0], lhs.tensor.shape[1], rhs.tensor.shape[1]),
+                               problem.out_dtype)
+    return jax.ffi.ffi_call(_native.MXFP8_RAGGED_K_TARGET, out, vmap_method="sequential")(
+        lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, group_sizes,
+        lhs.tensor.group_sizes.astype(jnp.int32), rhs.tensor.group_sizes.astype(jnp.int32))
   rhs_transposed = not rhs.colwise
   n = rhs.tensor.shape[1 if rhs_transposed else 2]
   out = jax.ShapeDtypeStruct((lhs.tensor.shape[0], n), problem.out_dtype)
   lhs_grouped = lhs.tensor.layout == "varying_first"
   lhs_group_sizes = lhs.tensor.group_sizes if lhs_grouped else jnp.zeros((0,), jnp.int32)
   return jax.ffi.ffi_call(_native.MXFP8_RAGGED_M_TARGET, out, vmap_method="sequential")(
-      lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, problem.group_sizes.astype(jnp.int32),
+      lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, group_sizes,
       lhs_group_sizes.astype(jnp.int32), lhs_grouped=lhs_grouped, rhs_transposed=rhs_transposed)
 
 
@@ -206,33 +225,50 @@ BACKENDS: dict[str, Callable[[MXFP8GemmProblem], jax.Array]] = {
 def fused_few_rows_misfit(problem: MXFP8GemmProblem) -> str | None:
   """Why "fused_few_rows" cannot compute `problem` (None: it can); static facts only."""
   lhs, rhs = problem.lhs, problem.rhs
-  if problem.ragged_contracting:
-    return "a ragged contraction (wgrad)"
   if not (isinstance(lhs, MXFP8Operand) and isinstance(rhs, MXFP8Operand)):
     return "a plain operand"
+  if lhs.tensor.scale_layout != "compact" or rhs.tensor.scale_layout != "compact":
+    return "swizzled scales"
+  if problem.group_offset is not None:
+    return "a group_offset"
+  if problem.group_sizes.ndim != 1:
+    return "batched group sizes"
+  if problem.out_dtype not in _FUSED_OUT_DTYPES:
+    return f"result dtype {problem.out_dtype}"
+  if problem.ragged_contracting:
+    return _fused_wgrad_misfit(problem)
   dims = _as_tuples(problem.dimension_numbers)
   if dims not in (_as_tuples(BASIC_DIMENSION_NUMBERS), _as_tuples(DGRAD_DIMENSION_NUMBERS)):
     return "not the forward's or dgrad's dimension numbers"
   # The orientation follows from the dimension numbers: the forward's w colwise, dgrad's rowwise.
   assert not lhs.colwise and rhs.colwise == (dims == _as_tuples(BASIC_DIMENSION_NUMBERS))
-  if lhs.tensor.scale_layout != "compact" or rhs.tensor.scale_layout != "compact":
-    return "swizzled scales"
   if rhs.tensor.layout != "same_dims":
     return "w is not a stack"
   if lhs.tensor.layout not in ("dense", "varying_first"):
     return f"x has layout {lhs.tensor.layout!r}"
-  if problem.group_offset is not None:
-    return "a group_offset"
-  if problem.group_sizes.ndim != 1:
-    return "batched group sizes"
   (m, k), n = lhs.tensor.shape, rhs.tensor.shape[2 if rhs.colwise else 1]
   if k % 4 or n % 8:
     return (f"contracted dim {k} not a multiple of 4 or result columns {n} not a multiple "
             "of 8")
-  if problem.out_dtype not in _FUSED_OUT_DTYPES:
-    return f"result dtype {problem.out_dtype}"
   if m > FUSED_MAX_ROWS_PER_GROUP * rhs.tensor.shape[0]:
     return f"more than {FUSED_MAX_ROWS_PER_GROUP} rows per group on average (compute-bound)"
+  return None
+
+
+def _fused_wgrad_misfit(problem: MXFP8GemmProblem) -> str | None:
+  """The wgrad part of fused_few_rows_misfit (both operands MXFP8 with compact scales)."""
+  if _as_tuples(problem.dimension_numbers) != _as_tuples(WGRAD_DIMENSION_NUMBERS):
+    return "not wgrad's dimension numbers"
+  # resolve_problem made both colwise "varying_first" tensors with the GEMM's number of groups.
+  (m, k), n = problem.lhs.tensor.shape, problem.rhs.tensor.shape[1]
+  num_groups = problem.group_sizes.shape[0]
+  if k % 8 or n % 8:
+    return f"result dims {k} x {n} not multiples of 8"
+  if num_groups > FUSED_WGRAD_MAX_GROUPS:
+    return f"more than {FUSED_WGRAD_MAX_GROUPS} groups"
+  if m > FUSED_WGRAD_MAX_ROWS_PER_GROUP * num_groups:
+    return (f"more than {FUSED_WGRAD_MAX_ROWS_PER_GROUP} rows per group on average "
+            "(compute-bound)")
   return None
 
 

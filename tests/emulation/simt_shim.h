@@ -3,7 +3,8 @@
 // shuffles are barriers at which a fiber yields until every live thread of its block (or warp)
 // has arrived, and a pass with no progress aborts as a deadlock. __shared__ variables are
 // statics (one CTA lives at a time). Covers what kernels written in this style use:
-// threadIdx/blockIdx/blockDim, __syncthreads, __shfl_{xor,up}_sync over full warps, __ldg, and
+// threadIdx/blockIdx/blockDim, __syncthreads, __shfl_{xor,up}_sync over full warps, __ldg,
+// __stcs (a plain store), and
 // the fp8/fp16/bf16 conversion intrinsics (their host paths: NVIDIA's software reference of
 // the instructions).
 // Include it before the kernel header; compile with g++ -std=c++20 -ffp-contract=off.
@@ -180,6 +181,8 @@ T __shfl_up_sync(unsigned, T value, int delta) {
 
 template <typename T>
 T __ldg(const T* p) { return *p; }
+template <typename T>
+void __stcs(T* p, T v) { *p = v; }
 // One thread runs at a time, so a plain read-modify-write is atomic.
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   const unsigned long long old = *p;

@@ -1,5 +1,6 @@
-// The fused MXFP8 grouped GEMM (ragged M: the forward and dgrad orientations): what it
-// computes and where its operands' scales live. Shared by the CPU and CUDA kernels.
+// The fused MXFP8 grouped GEMMs, ragged M (the forward and dgrad orientations) and ragged K
+// (wgrad, below): what they compute and where their operands' scales live. Shared by the CPU
+// and CUDA kernels.
 //
 //   out[m, :] = deq(lhs)[m, :] . deq(rhs)[g]      for the rows m of group g,
 //   out[m, :] = deq(lhs)[m, :] . deq(rhs)[g]^T    with rhs_transposed,
@@ -69,6 +70,43 @@ JGG_HOST_DEVICE inline int64_t RhsScaleRowBytes(const RaggedMProblem& p) {
 
 JGG_HOST_DEVICE inline int64_t RhsGroupScaleBytes(const RaggedMProblem& p) {
   return p.rhs_transposed ? GroupScaleBytes(p.n, p.k) : GroupScaleBytes(p.k, p.n);
+}
+
+// The fused MXFP8 wgrad (ragged K: the contraction runs over the ragged token dimension):
+//
+//   out[g] = deq(lhs)[rows of g, :]^T . deq(rhs)[rows of g, :]      [K, N] for each group g,
+//
+// lhs [M, K] and rhs [M, N] colwise (32x1 blocks along M), each grouped along M by its own
+// sizes (layout "varying_first", so blocks restart at its group boundaries; in every real use
+// they are the GEMM's, but nothing depends on it): group h's colwise scale matrix,
+// [4 * ceil(rows_h / 128), 128 * ceil(cols / 128)] bytes, follows the earlier groups', and
+// operand rows of no operand group are 0. deq and the accumulation as above; GEMM group sizes
+// clamp the same way, an empty group's result is 0 and rows of no GEMM group are not read.
+struct RaggedKProblem {
+  int64_t rows, k, n, num_groups;  // lhs [rows, k], rhs [rows, n], out [num_groups, k, n]
+  Fp8Format lhs_format, rhs_format;
+  ElementType out_type;
+};
+
+struct RaggedKOperands {
+  const uint8_t* lhs;
+  const uint8_t* lhs_scales;
+  const uint8_t* rhs;
+  const uint8_t* rhs_scales;
+  const int32_t* group_sizes;      // [num_groups], the GEMM's
+  const int32_t* lhs_group_sizes;  // [num_groups], lhs's own
+  const int32_t* rhs_group_sizes;  // [num_groups], rhs's own
+  void* out;                       // [num_groups, k, n]
+};
+
+// Bytes of a colwise operand's scale buffer ([rows, cols] grouped along rows), as the
+// quantize op lays them out, and of one row of its scale matrices (one byte per column).
+JGG_HOST_DEVICE inline int64_t ColwiseScaleBytes(const RaggedKProblem& p, int64_t cols) {
+  return ScaleBufferBytes({GroupedLayout::kVaryingFirst, p.num_groups, p.rows, cols});
+}
+
+JGG_HOST_DEVICE inline int64_t ColwiseScaleRowBytes(int64_t cols) {
+  return GroupScaleMatrix(1, cols, /*colwise=*/true).padded_cols;
 }
 
 }  // namespace jgg::mxfp8

@@ -26,6 +26,9 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedMCuda);
 // _v2 of the fused MXFP8 GEMM: the rhs_transposed attribute (dgrad).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedMV2Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedMV2Cuda);
+// The fused MXFP8 wgrad (ragged K, few rows per group).
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedKCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8RaggedKCuda);
 // The block-scaled MXFP8 grouped GEMM (CUDA: sm_100 only).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8BlockScaledCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JggMxfp8BlockScaledCuda);

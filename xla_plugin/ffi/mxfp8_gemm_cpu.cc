@@ -1,4 +1,4 @@
-// CPU handler of the fused MXFP8 grouped GEMM: decode, then the portable kernel.
+// CPU handlers of the fused MXFP8 grouped GEMMs: decode, then the portable kernel.
 #include <cstring>
 
 #include "xla_plugin/common/debug_poison.h"
@@ -31,6 +31,19 @@ ffi::Error Mxfp8RaggedMCpuV1(ffi::AnyBuffer lhs, ffi::Buffer<ffi::U8> lhs_scales
                          lhs_grouped, /*rhs_transposed=*/false);
 }
 
+ffi::Error Mxfp8RaggedKCpu(ffi::AnyBuffer lhs, ffi::Buffer<ffi::U8> lhs_scales,
+                           ffi::AnyBuffer rhs, ffi::Buffer<ffi::U8> rhs_scales,
+                           ffi::Buffer<ffi::S32> group_sizes, ffi::Buffer<ffi::S32> lhs_group_sizes,
+                           ffi::Buffer<ffi::S32> rhs_group_sizes,
+                           ffi::Result<ffi::AnyBuffer> out) {
+  auto call = DecodeMxfp8RaggedK(lhs, lhs_scales, rhs, rhs_scales, group_sizes, lhs_group_sizes,
+                                 rhs_group_sizes, out);
+  if (call.has_error()) return call.error();
+  if (PoisonOutputs()) std::memset(out->untyped_data(), kPoisonByte, out->size_bytes());
+  cpu::Mxfp8RaggedK(call->problem, call->operands);
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace jgg
 
@@ -38,3 +51,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8RaggedMCpu, jgg::Mxfp8RaggedMCpuV1,
                               jgg::BindMxfp8RaggedMOperandsV1(xla::ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8RaggedMV2Cpu, jgg::Mxfp8RaggedMCpu,
                               jgg::BindMxfp8RaggedMOperandsV2(xla::ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JggMxfp8RaggedKCpu, jgg::Mxfp8RaggedKCpu,
+                              jgg::BindMxfp8RaggedKOperands(xla::ffi::Ffi::Bind()));

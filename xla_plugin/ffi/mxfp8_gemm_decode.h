@@ -1,4 +1,4 @@
-// Decodes and validates the buffers of the fused MXFP8 grouped GEMM call (CPU and CUDA
+// Decodes and validates the buffers of the fused MXFP8 grouped GEMM calls (CPU and CUDA
 // handlers alike). Python checks all of this at trace time; these checks guard against a
 // hand-written custom call and name the operand.
 #ifndef JGG_XLA_PLUGIN_FFI_MXFP8_GEMM_DECODE_H_
@@ -75,6 +75,62 @@ auto BindMxfp8RaggedMOperandsV1(Binding&& binding) {
 template <typename Binding>
 auto BindMxfp8RaggedMOperandsV2(Binding&& binding) {
   return BindMxfp8RaggedMOperandsV1(std::move(binding)).template Attr<bool>("rhs_transposed");
+}
+
+struct DecodedMxfp8RaggedK {
+  mxfp8::RaggedKProblem problem;
+  mxfp8::RaggedKOperands operands;
+};
+
+inline ffi::ErrorOr<DecodedMxfp8RaggedK> DecodeMxfp8RaggedK(
+    ffi::AnyBuffer lhs, ffi::Buffer<ffi::U8> lhs_scales, ffi::AnyBuffer rhs,
+    ffi::Buffer<ffi::U8> rhs_scales, ffi::Buffer<ffi::S32> group_sizes,
+    ffi::Buffer<ffi::S32> lhs_group_sizes, ffi::Buffer<ffi::S32> rhs_group_sizes,
+    ffi::Result<ffi::AnyBuffer> out) {
+  const auto l = lhs.dimensions(), r = rhs.dimensions(), gs = group_sizes.dimensions();
+  if (!HasRank(l, 2)) return ffi::Error::InvalidArgument(ShapeMismatch("lhs", "[M, K]"));
+  if (!HasRank(r, 2) || r[0] != l[0])
+    return ffi::Error::InvalidArgument(ShapeMismatch("rhs", "[M, N] with lhs's M"));
+  if (!HasRank(gs, 1)) return ffi::Error::InvalidArgument(ShapeMismatch("group_sizes", "[G]"));
+  const int64_t groups = gs[0];
+  for (auto [name, sizes] : {std::pair{"lhs_group_sizes", lhs_group_sizes.dimensions()},
+                             std::pair{"rhs_group_sizes", rhs_group_sizes.dimensions()}}) {
+    if (!HasRank(sizes, 1) || sizes[0] != groups)
+      return ffi::Error::InvalidArgument(ShapeMismatch(name, "[G], as group_sizes"));
+  }
+  const auto o = out->dimensions();
+  if (!HasRank(o, 3) || o[0] != groups || o[1] != l[1] || o[2] != r[1])
+    return ffi::Error::InvalidArgument(ShapeMismatch("out", "[G, K, N]"));
+  auto lhs_format = DecodeFp8Format(lhs.element_type(), "lhs");
+  if (lhs_format.has_error()) return lhs_format.error();
+  auto rhs_format = DecodeFp8Format(rhs.element_type(), "rhs");
+  if (rhs_format.has_error()) return rhs_format.error();
+  auto out_type = DecodeElementType(out->element_type(), "out");
+  if (out_type.has_error()) return out_type.error();
+  const mxfp8::RaggedKProblem problem{l[0], l[1], r[1], groups, lhs_format.value(),
+                                      rhs_format.value(), out_type.value()};
+  if (static_cast<int64_t>(lhs_scales.element_count()) != mxfp8::ColwiseScaleBytes(problem, l[1]))
+    return ffi::Error::InvalidArgument("lhs_scales: expected mxfp8_scale_bytes() elements");
+  if (static_cast<int64_t>(rhs_scales.element_count()) != mxfp8::ColwiseScaleBytes(problem, r[1]))
+    return ffi::Error::InvalidArgument("rhs_scales: expected mxfp8_scale_bytes() elements");
+  return DecodedMxfp8RaggedK{
+      problem, {static_cast<const uint8_t*>(lhs.untyped_data()), lhs_scales.typed_data(),
+                static_cast<const uint8_t*>(rhs.untyped_data()), rhs_scales.typed_data(),
+                group_sizes.typed_data(), lhs_group_sizes.typed_data(),
+                rhs_group_sizes.typed_data(), out->untyped_data()}};
+}
+
+// lhs, lhs_scales, rhs, rhs_scales, group_sizes, lhs_group_sizes, rhs_group_sizes -> out.
+template <typename Binding>
+auto BindMxfp8RaggedKOperands(Binding&& binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // lhs colwise data [M, K]
+      .template Arg<ffi::Buffer<ffi::U8>>()                 // lhs colwise scales
+      .template Arg<ffi::AnyBuffer>()                       // rhs colwise data [M, N]
+      .template Arg<ffi::Buffer<ffi::U8>>()                 // rhs colwise scales
+      .template Arg<ffi::Buffer<ffi::S32>>()                // group_sizes [G]
+      .template Arg<ffi::Buffer<ffi::S32>>()                // lhs_group_sizes [G]
+      .template Arg<ffi::Buffer<ffi::S32>>()                // rhs_group_sizes [G]
+      .template Ret<ffi::AnyBuffer>();                      // out [G, K, N]
 }
 
 }  // namespace jgg

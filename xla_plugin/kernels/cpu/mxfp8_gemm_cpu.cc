@@ -1,6 +1,7 @@
-// Dequantizes with the portable MXFP8 kernels (lhs whole, the weights one group at a time, so
-// the f32 copy is one [K, N] matrix, transposed ones copied into that layout) and multiplies
-// with the ragged kernels' f32 GEMM.
+// Dequantizes with the portable MXFP8 kernels and multiplies with the ragged kernels' f32 GEMM:
+// ragged M dequantizes lhs whole and the weights one group at a time (the f32 copy is one
+// [K, N] matrix, transposed ones copied into that layout); ragged K dequantizes both operands
+// whole, each with its own group sizes.
 #include "xla_plugin/kernels/cpu/mxfp8_gemm_cpu.h"
 
 #include <vector>
@@ -49,6 +50,35 @@ void Mxfp8RaggedM(const mxfp8::RaggedMProblem& p, const mxfp8::RaggedMOperands& 
   }
   const int64_t covered = schedule.row_begin[p.num_groups];
   ZeroElements(o.out, p.out_type, covered * p.n, (p.rows - covered) * p.n);
+}
+
+void Mxfp8RaggedK(const mxfp8::RaggedKProblem& p, const mxfp8::RaggedKOperands& o) {
+  const auto dequantize = [&](const uint8_t* data, const uint8_t* scales, const int32_t* sizes,
+                              int64_t cols, mxfp8::Fp8Format format) {
+    std::vector<float> values(p.rows * cols);
+    Mxfp8Dequantize({{mxfp8::GroupedLayout::kVaryingFirst, p.num_groups, p.rows, cols}, format,
+                     /*colwise=*/true, /*swizzled=*/false, ElementType::kF32,
+                     mxfp8::ColwiseScaleBytes(p, cols)},
+                    {data, scales, sizes, values.data()});
+    return values;
+  };
+  const std::vector<float> lhs =
+      dequantize(o.lhs, o.lhs_scales, o.lhs_group_sizes, p.k, p.lhs_format);
+  const std::vector<float> rhs =
+      dequantize(o.rhs, o.rhs_scales, o.rhs_group_sizes, p.n, p.rhs_format);
+
+  std::vector<int64_t> bounds(2 * (p.num_groups + 1));
+  const RaggedSchedule schedule{bounds.data(), bounds.data() + p.num_groups + 1};
+  ComputeRaggedSchedule(o.group_sizes, p.num_groups, /*group_offset=*/0, p.num_groups, p.rows,
+                        /*tile_rows=*/1, schedule);
+  std::vector<float> out(p.k * p.n);
+  for (int64_t g = 0; g < p.num_groups; ++g) {
+    const int64_t begin = schedule.row_begin[g], rows = schedule.row_begin[g + 1] - begin;
+    // lhs rows of g read transposed in place: A(i, r) = lhs[begin + r, i].
+    GemmF32(p.k, p.n, rows, lhs.data() + begin * p.k, 1, p.k, rhs.data() + begin * p.n, p.n,
+            out.data(), p.n);
+    Narrow(out.data(), p.k * p.n, o.out, p.out_type, g * p.k * p.n);
+  }
 }
 
 }  // namespace jgg::cpu

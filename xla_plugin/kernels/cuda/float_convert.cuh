@@ -25,6 +25,19 @@ template <> __device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
 }
 template <> __device__ inline __half FromFloat<__half>(float v) { return __float2half_rn(v); }
 
+// kN results converted to O and stored at dst (16-byte aligned, kN * sizeof(O) a multiple of
+// 16) with 16-byte evict-first stores: for outputs far larger than L2 that are never re-read.
+template <typename O, int kN>
+__device__ inline void StoreEvictFirst(const float (&values)[kN], O* dst) {
+  alignas(16) O result[kN];
+#pragma unroll
+  for (int e = 0; e < kN; ++e) result[e] = FromFloat<O>(values[e]);
+  static_assert(sizeof(result) % sizeof(int4) == 0, "whole 16-byte stores");
+#pragma unroll
+  for (int q = 0; q < static_cast<int>(sizeof(result) / sizeof(int4)); ++q)
+    __stcs(reinterpret_cast<int4*>(dst) + q, reinterpret_cast<const int4*>(result)[q]);
+}
+
 // Two fp8 elements (the low 16 bits of `pair`, first element lowest) as f32: exact, through
 // the hardware's fp8x2 -> f16x2 conversion (every e4m3 and e5m2 value is an f16).
 template <mxfp8::Fp8Format kFormat>

@@ -1,7 +1,6 @@
 // Where the passes of the fused MXFP8 grouped GEMM (mxfp8_ragged_m_cuda.cu) are: a block's
 // work is one "slot", each group's slots in group order, then one slot for the rows of no
-// group. Located by warp scans of the device group sizes (clamped as ragged_layout.h says), so
-// no schedule is written to HBM.
+// group. Located by warp scans of the device group sizes (warp_group_scan.cuh).
 //
 // A group of r rows has T = ceil(r / 8) row tiles (the mma's 8-wide operand) and takes T slots
 // of each 128-column block: as passes of 4 row tiles, then at most one of 2 and one of 1 (the
@@ -17,6 +16,7 @@
 
 #include "xla_plugin/common/mxfp8_gemm_problem.h"
 #include "xla_plugin/common/ragged_layout.h"
+#include "xla_plugin/kernels/cuda/warp_group_scan.cuh"
 
 namespace jgg::cuda::mxfp8_ragged_m {
 
@@ -52,34 +52,6 @@ __device__ inline SlotInGroup GroupSlot(int64_t tiles, int64_t s, bool one_tile_
   if (s < in_fours) return {s / 4 * 4, 4, static_cast<int>(s % 4)};
   if (tiles % 4 >= 2 && s < in_fours + 2) return {in_fours, 2, static_cast<int>(s - in_fours)};
   return {tiles - 1, 1, 0};
-}
-
-__device__ inline int64_t WarpInclusiveSum(int64_t v) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int64_t up = __shfl_up_sync(0xffffffffu, v, d);
-    if (lane >= d) v += up;
-  }
-  return v;
-}
-
-// Rows [begin, begin + rows) of the clamped group sizes (ragged_layout.h) of the 32 groups
-// starting at `base`, one per lane, after `before` rows of the earlier groups; `before`
-// advances past them.
-struct GroupRows {
-  int64_t begin, rows;
-};
-
-__device__ inline GroupRows NextGroupRows(const int32_t* sizes, int64_t num_groups,
-                                          int64_t extent, int64_t base, int64_t* before) {
-  const int64_t g = base + threadIdx.x % 32;
-  const int64_t size = g < num_groups ? ClampedSize(sizes[g]) : 0;
-  const int64_t incl = WarpInclusiveSum(size);
-  const int64_t begin = MinI64(extent, *before + incl - size);
-  const GroupRows r{begin, MinI64(extent, *before + incl) - begin};
-  *before += __shfl_sync(0xffffffffu, incl, 31);
-  return r;
 }
 
 // Warp 0: the pass of `slot` (all but its lhs scale rows), written to *pass by one lane;

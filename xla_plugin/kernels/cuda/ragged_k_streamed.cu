@@ -15,19 +15,6 @@ constexpr int kMaxThreads = 256;   // a block covers up to 256 * 8 columns of on
 constexpr int kOutRowsPerBlock = 64;
 constexpr int64_t kMaxGridY = 65535;  // wider rows loop over column chunks
 
-// One thread's 8 results of one output row, converted and stored with 16-byte
-// evict-first stores (the output is far larger than L2 and never re-read here).
-template <typename O>
-__device__ inline void StoreVector(const float (&acc)[kVector], O* dst) {
-  alignas(16) O result[kVector];
-#pragma unroll
-  for (int e = 0; e < kVector; ++e) result[e] = FromFloat<O>(acc[e]);
-  constexpr int kStores = sizeof(result) / sizeof(int4);  // 1 for 16-bit results, 2 for f32
-#pragma unroll
-  for (int q = 0; q < kStores; ++q)
-    __stcs(reinterpret_cast<int4*>(dst) + q, reinterpret_cast<const int4*>(result)[q]);
-}
-
 // out rows [0, out_rows) at `out` (stride n), columns [0, 8) of this thread:
 // out[i, :] = sum over r < kRows of lhs_tile[i][r] * rhs rows r (zero past `rows`).
 template <int kRows, typename T, typename O>
@@ -51,7 +38,7 @@ __device__ void StreamOutputRows(const T* rhs, int64_t n, int64_t rows,
 #pragma unroll
       for (int e = 0; e < kVector; ++e) acc[e] = fmaf(a, y[r][e], acc[e]);
     }
-    StoreVector(acc, out + i * n);
+    StoreEvictFirst(acc, out + i * n);
   }
 }
 
