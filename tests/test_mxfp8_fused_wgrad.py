@@ -5,8 +5,9 @@ Which calls choose it (static facts only) and which fall back to "dequantize"; i
 against float64 products of the dequantized values (mxfp8_gemm_reference.check_product) on
 group sizes that exercise every part of the kernel: empty groups (a zero result), a zero
 tail (sum < M: rows no group reads), clamped and negative sizes, groups of more than one
-32-row chunk and blocks that do not start at a multiple of 32, K past one 64-row block and
-not a multiple of 64, N over several 256-column chunks and not a multiple of 256; x and dy
+32-row block and blocks that do not start at a multiple of 32, K past one 64-row block and
+not a multiple of 64, N past one block's 2048 columns and not a multiple of 32 * 8, a group
+staged in several parts; groups of at most 8 rows (streamed) and more; x and dy
 grouped by sizes other than the GEMM's (scales found per row); both element types, every
 result dtype, NaN/Inf blocks. Runs on the default backend (the CPU handler in CI, the CUDA
 kernel on a GPU), outputs poisoned first (conftest), so an unwritten element is NaN.
@@ -33,10 +34,13 @@ CASES = {  # (M, K, N, group sizes): x [M, K], dy [M, N] -> dW [G, K, N]
     "decode_like": (40, 96, 64, [3, 0, 9, 1, 17, 0, 2, 4]),
     "zero_tail": (50, 72, 136, [5, 0, 8, 1, 0, 0, 0]),            # sum 14 < 50
     "negative_and_clamped": (30, 64, 264, [-3, 20, 25, 2]),       # 20 + 25 clamps at 30
-    # 70 rows: three 32-row chunks, blocks at 0, 32, 64; K 136: three 64-row blocks, the
-    # last of 8 rows; N 520: three 256-column chunks, the last of 8 columns.
+    # 70 rows: 32-row blocks at 0, 32, 64; K 136: three 64-row blocks, the last of 8 rows;
+    # N 520: 65 of a block's 96 threads hold columns.
     "large_group": (80, 136, 520, [70, 0, 3, 0, 0, 0, 0, 7, 0, 0]),
+    # 260 rows: staged 128, 128 and 4 at a time; 38 groups keep the average under 8.
+    "huge_group": (300, 72, 48, [260, 0, 20, 4] + [0] * 34),
     "one_group": (8, 8, 8, [8]),
+    "wide_n": (16, 16, 2064, [5, 11]),  # two column chunks of 2048, the second of 16
     "all_empty": (16, 32, 48, [0, 0, 0, 0]),
 }
 

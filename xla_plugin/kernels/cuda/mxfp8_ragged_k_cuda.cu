@@ -1,11 +1,13 @@
-// f32 multiply-adds on the dequantized values, with the output tile in registers.
+// f32 multiply-adds on the values dequantized on load. A block owns 64 output rows (of K) of
+// one group; its threads own 8 columns each (a block spans up to 2048 columns of N, more loop).
+// The group's x values for the block's rows are dequantized once into shared memory.
 //
-// Work: a block owns 64 output rows (of K) of one group and loops over N in chunks of 256
-// columns; warp w holds rows 8w .. 8w + 7 and lane l columns 8l .. 8l + 7 of a chunk, 64
-// accumulators a lane. The group's token rows go in chunks of 32: each chunk's x values for the
-// block's 64 rows are dequantized once into shared memory (read by every warp as broadcasts),
-// and each lane dequantizes its 8 dy values of a token row, then adds 8 x 8 products. A group
-// of at most 32 rows (every group in decode) stages its x values once for all of N.
+// Groups of at most 8 rows (every group in decode) are streamed: each thread dequantizes its
+// dy values once into registers, then computes and stores the block's output rows one after
+// another (like the BF16 streamed wgrad, ragged_k_streamed.cu), so the kernel runs at the
+// speed of writing the result. Larger groups accumulate 8 output rows per thread at a time
+// over all their token rows (128 staged at a time), decoding their dy codes again for each 8
+// (rows of one 32-row block share scale factors, computed once per block).
 //
 // Scales: a token row's colwise scale row depends on which of the operand's own groups holds
 // it (mxfp8_gemm_problem.h), found by warp scans of that operand's group sizes; a row of no
@@ -16,6 +18,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "xla_plugin/common/ragged_layout.h"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
@@ -28,22 +32,19 @@ using mxfp8::Fp8Format;
 using mxfp8::RaggedKOperands;
 using mxfp8::RaggedKProblem;
 
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kVector = 8;                     // a lane's columns, and a thread's staged x values
-constexpr int kWarpRows = 8;                   // output rows per warp
-constexpr int kBlockRows = kWarps * kWarpRows;  // output rows per block
-constexpr int kChunkCols = 32 * kVector;       // output columns per chunk
-constexpr int kChunkRows = 32;                 // token rows staged at a time
+constexpr int kMaxThreads = 256;
+constexpr int kVector = 8;              // a thread's columns, and a thread's staged x values
+constexpr int kBlockRows = 64;          // output rows per block
+constexpr int kOutRows = 8;             // output rows a thread accumulates at a time
+constexpr int kStagedRows = 128;        // token rows staged at a time
 constexpr int kStagers = kBlockRows / kVector;  // threads staging one token row
-static_assert(kChunkRows * kStagers == kThreads, "one staging step: every thread 8 values");
+constexpr int kLoadRows = 4;            // token rows whose dy values load together
+constexpr int kStreamRows = 8;          // groups of at most this many rows stream their output
 constexpr int64_t kMaxGridYZ = 65535;
-constexpr int64_t kTargetBlocks = 1024;  // enough to fill every SM a few times over
 
 struct Shared {
-  float x[kChunkRows][kBlockRows];  // deq(x)[token row of the chunk][output row of the block]
-  int64_t x_scale_row[kChunkRows];  // byte offset of each token row's scale row, -1: no group
-  int64_t dy_scale_row[kChunkRows];
+  int64_t x_scale_row[kStagedRows];  // byte offset of each token row's scale row, -1: no group
+  int64_t dy_scale_row[kStagedRows];
   int64_t begin, rows;              // the GEMM group's token rows
 };
 
@@ -74,29 +75,86 @@ __device__ void LocateScaleRows(const int32_t* sizes, int64_t num_groups, int64_
   if (lane < count) offsets[lane] = found;
 }
 
-// The 8 values at `codes` (8-byte aligned) with their 8 scales at `scales`, dequantized.
+// The dequantization factors 2^(e - 127) of 8 scale bytes (two little-endian words).
+__device__ inline void ScaleFactors8(uint2 scales, float (&f)[kVector]) {
+  const uint32_t words[2] = {scales.x, scales.y};
+#pragma unroll
+  for (int e = 0; e < kVector; ++e)
+    f[e] = __uint_as_float(mxfp8::ScaleBits((words[e / 4] >> (8 * (e % 4))) & 0xFF));
+}
+
+// 8 codes (two little-endian words) times their factors.
 template <Fp8Format kFormat>
-__device__ inline void Dequantize8(const uint8_t* codes, const uint8_t* scales,
-                                   float (&v)[kVector]) {
-  const uint2 c = __ldg(reinterpret_cast<const uint2*>(codes));
-  const uint2 s = __ldg(reinterpret_cast<const uint2*>(scales));
-  const uint32_t words[2] = {c.x, c.y}, scale_words[2] = {s.x, s.y};
+__device__ inline void Decode8(uint2 codes, const float (&f)[kVector], float (&v)[kVector]) {
+  const uint32_t words[2] = {codes.x, codes.y};
 #pragma unroll
   for (int e = 0; e < kVector; e += 2) {
     const float2 pair = Fp8PairToFloat2<kFormat>(words[e / 4] >> (8 * (e % 4)));
-    v[e] = pair.x * __uint_as_float(mxfp8::ScaleBits((scale_words[e / 4] >> (8 * (e % 4))) & 0xFF));
-    v[e + 1] =
-        pair.y * __uint_as_float(mxfp8::ScaleBits((scale_words[e / 4] >> (8 * (e % 4 + 1))) & 0xFF));
+    v[e] = pair.x * f[e];
+    v[e + 1] = pair.y * f[e + 1];
   }
 }
 
-// Grid: x = blocks of 64 output rows, y = column chunks (strided when fewer than the chunks),
-// z = group.
+template <Fp8Format kFormat>
+__device__ inline void Dequantize8(uint2 codes, uint2 scales, float (&v)[kVector]) {
+  float f[kVector];
+  ScaleFactors8(scales, f);
+  Decode8<kFormat>(codes, f, v);
+}
+
+// The same from memory: codes and scales 8-byte aligned.
+template <Fp8Format kFormat>
+__device__ inline void Dequantize8(const uint8_t* codes, const uint8_t* scales,
+                                   float (&v)[kVector]) {
+  Dequantize8<kFormat>(__ldg(reinterpret_cast<const uint2*>(codes)),
+                       __ldg(reinterpret_cast<const uint2*>(scales)), v);
+}
+
+// A group of at most kRows token rows, for this thread's 8 columns from n0 (inside N): its dy
+// values dequantized once into registers, then each of the block's output rows computed
+// from them and the staged x values (x_by_row[i][r]: one 16-byte broadcast per 4 rows) and
+// stored at once, so stores stream like a copy's.
+template <int kRows, Fp8Format kDy, typename O>
+__device__ void StreamOutputRows(const RaggedKProblem& p, const RaggedKOperands& o,
+                                 int64_t first_row, int rows, const int64_t* dy_scale_row,
+                                 const float (*x_by_row)[kStreamRows], int64_t n0, int out_rows,
+                                 O* out) {
+  float y[kRows][kVector];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    uint2 codes = make_uint2(0, 0), scales = make_uint2(0, 0);
+    const int64_t scale_row = r < rows ? dy_scale_row[r] : -1;
+    if (scale_row >= 0) {
+      codes = __ldg(reinterpret_cast<const uint2*>(o.rhs + (first_row + r) * p.n + n0));
+      scales = __ldg(reinterpret_cast<const uint2*>(o.rhs_scales + scale_row + n0));
+    }
+    Dequantize8<kDy>(codes, scales, y[r]);  // zero codes and scales: +0 (padding rows too)
+  }
+  for (int i = 0; i < out_rows; ++i) {
+    float a[kStreamRows];
+#pragma unroll
+    for (int q = 0; q < (kRows + 3) / 4; ++q) {
+      const float4 v = *reinterpret_cast<const float4*>(&x_by_row[i][4 * q]);
+      a[4 * q] = v.x, a[4 * q + 1] = v.y, a[4 * q + 2] = v.z, a[4 * q + 3] = v.w;
+    }
+    float acc[kVector] = {};
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int e = 0; e < kVector; ++e) acc[e] = fmaf(a[r], y[r][e], acc[e]);
+    }
+    StoreEvictFirst(acc, out + i * p.n);
+  }
+}
+
+// Grid: x = blocks of 64 output rows, y = column chunks of blockDim.x * 8 (strided when
+// fewer than the chunks), z = group.
 template <Fp8Format kX, Fp8Format kDy, typename O>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kMaxThreads, 2)
     Mxfp8RaggedKKernel(RaggedKProblem p, RaggedKOperands o) {
+  __shared__ float x_values[kStagedRows][kBlockRows];  // deq(x)[token row][output row]
   __shared__ Shared s;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int64_t g = blockIdx.z, k0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   if (warp == 0) {
     int64_t before = 0;
@@ -113,73 +171,142 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t x_row_bytes = mxfp8::ColwiseScaleRowBytes(p.k);
   const int64_t dy_row_bytes = mxfp8::ColwiseScaleRowBytes(p.n);
 
-  // Token rows [c0, c0 + count) of the group: their scale rows, then their x values.
-  int64_t staged = -1;  // the chunk in shared memory
-  const auto stage = [&](int64_t c0, int count) {
+  // Token rows [c0, c0 + count) of the group into shared memory: their scale rows, then their
+  // x values for the block's output rows, by token row (x_values[r][i]) or, for the streamed
+  // path, by output row (x_by_row[i][r]).
+  float (*x_by_row)[kStreamRows] = reinterpret_cast<float (*)[kStreamRows]>(&x_values[0][0]);
+  int64_t staged = -1;  // the first token row in shared memory
+  const auto stage = [&](int64_t c0, int count, bool by_output_row) {
     if (staged == c0) return;
-    __syncthreads();  // every warp is done with the previous chunk
-    if (warp == 0)
-      LocateScaleRows(o.lhs_group_sizes, p.num_groups, p.rows, x_row_bytes, begin + c0, count,
-                      s.x_scale_row);
-    if (warp == 1)
-      LocateScaleRows(o.rhs_group_sizes, p.num_groups, p.rows, dy_row_bytes, begin + c0, count,
-                      s.dy_scale_row);
-    __syncthreads();
-    const int r = threadIdx.x / kStagers, i0 = threadIdx.x % kStagers * kVector;
-    float v[kVector] = {};
-    if (r < count && s.x_scale_row[r] >= 0 && k0 + i0 < p.k) {  // K % 8 == 0: all 8 inside
-      Dequantize8<kX>(o.lhs + (begin + c0 + r) * p.k + k0 + i0,
-                      o.lhs_scales + s.x_scale_row[r] + k0 + i0, v);
+    __syncthreads();  // every warp is done with the previous rows
+    const int windows = (count + 31) / 32;
+    for (int task = warp; task < 2 * windows; task += warps) {  // x's windows, then dy's
+      const int w = task % windows, first = 32 * w, n = min(32, count - first);
+      if (task < windows)
+        LocateScaleRows(o.lhs_group_sizes, p.num_groups, p.rows, x_row_bytes,
+                        begin + c0 + first, n, s.x_scale_row + first);
+      else
+        LocateScaleRows(o.rhs_group_sizes, p.num_groups, p.rows, dy_row_bytes,
+                        begin + c0 + first, n, s.dy_scale_row + first);
     }
-    float4* dst = reinterpret_cast<float4*>(&s.x[r][i0]);
-    dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-    dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+    __syncthreads();
+    for (int t = threadIdx.x; t < count * kStagers; t += blockDim.x) {
+      const int r = t / kStagers, i0 = t % kStagers * kVector;
+      float v[kVector] = {};
+      if (s.x_scale_row[r] >= 0 && k0 + i0 < p.k) {  // K % 8 == 0: all 8 inside
+        Dequantize8<kX>(o.lhs + (begin + c0 + r) * p.k + k0 + i0,
+                        o.lhs_scales + s.x_scale_row[r] + k0 + i0, v);
+      }
+      if (by_output_row) {
+#pragma unroll
+        for (int e = 0; e < kVector; ++e) x_by_row[i0 + e][r] = v[e];
+      } else {
+        float4* dst = reinterpret_cast<float4*>(&x_values[r][i0]);
+        dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+        dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+      }
+    }
     __syncthreads();
     staged = c0;
   };
+  const int block_rows = static_cast<int>(MinI64(kBlockRows, p.k - k0));
+  O* out = static_cast<O*>(o.out) + (g * p.k + k0) * p.n;
 
-  O* out = static_cast<O*>(o.out) + (g * p.k + k0 + warp * kWarpRows) * p.n;
-  const int warp_rows = static_cast<int>(MinI64(kWarpRows, p.k - k0 - warp * kWarpRows));
-  const int64_t chunks = CeilDiv(p.n, kChunkCols);
+  if (rows <= kStreamRows) {  // every group in decode
+    const int count = static_cast<int>(rows);
+    // Rows past the group read as 0 (the streamed path rounds their number up to 2^j and
+    // multiplies them with zeros: never with what shared memory held).
+    for (int t = threadIdx.x; t < kBlockRows * kStreamRows; t += blockDim.x)
+      x_by_row[t / kStreamRows][t % kStreamRows] = 0.0f;
+    if (count > 0) {
+      stage(0, count, /*by_output_row=*/true);
+    } else {
+      __syncthreads();
+    }
+    const int64_t column_step = static_cast<int64_t>(gridDim.y) * blockDim.x * kVector;
+    for (int64_t n0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * kVector;
+         n0 < p.n; n0 += column_step) {
+      const auto stream = [&](auto rows_tag) {
+        StreamOutputRows<decltype(rows_tag)::value, kDy>(p, o, begin, count, s.dy_scale_row,
+                                                         x_by_row, n0, block_rows, out + n0);
+      };
+      if (count <= 1) stream(std::integral_constant<int, 1>{});
+      else if (count <= 2) stream(std::integral_constant<int, 2>{});
+      else if (count <= 4) stream(std::integral_constant<int, 4>{});
+      else stream(std::integral_constant<int, 8>{});
+    }
+    return;
+  }
+
+  // Larger groups: each thread accumulates 8 output rows at a time over all token rows.
+  const int64_t chunk_cols = static_cast<int64_t>(blockDim.x) * kVector;
+  const int64_t chunks = CeilDiv(p.n, chunk_cols);
   for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
-    const int64_t n0 = chunk * kChunkCols + lane * kVector;
+    const int64_t n0 = chunk * chunk_cols + threadIdx.x * kVector;
     const bool inside = n0 < p.n;  // N % 8 == 0: all 8 columns or none
-    float acc[kWarpRows][kVector] = {};
-    for (int64_t c0 = 0; c0 < rows; c0 += kChunkRows) {
-      const int count = static_cast<int>(MinI64(kChunkRows, rows - c0));
-      stage(c0, count);
-      if (!inside) continue;
-      for (int r = 0; r < count; ++r) {
-        float y[kVector] = {};
-        const int64_t scale_row = s.dy_scale_row[r];
-        if (scale_row >= 0)
-          Dequantize8<kDy>(o.rhs + (begin + c0 + r) * p.n + n0, o.rhs_scales + scale_row + n0, y);
-        const float4 a0 = *reinterpret_cast<const float4*>(&s.x[r][warp * kWarpRows]);
-        const float4 a1 = *reinterpret_cast<const float4*>(&s.x[r][warp * kWarpRows + 4]);
-        const float a[kWarpRows] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    // 8 output rows at a time, so the block writes whole rows of its chunk together.
+    for (int i0 = 0; i0 < block_rows; i0 += kOutRows) {
+      float acc[kOutRows][kVector] = {};
+      for (int64_t c0 = 0; c0 < rows; c0 += kStagedRows) {
+        const int count = static_cast<int>(MinI64(kStagedRows, rows - c0));
+        stage(c0, count, /*by_output_row=*/false);
+        if (!inside) continue;
+        // kLoadRows token rows at a time: their dy codes are loaded before any is used, so
+        // the loads' latency is paid once per kLoadRows rows. Rows of one 32-row block share
+        // their scales: the factors are computed when the scale row changes.
+        float factors[kVector];
+        int64_t factor_row = -2;
+        for (int r0 = 0; r0 < count; r0 += kLoadRows) {
+          uint2 codes[kLoadRows];
 #pragma unroll
-        for (int i = 0; i < kWarpRows; ++i) {
+          for (int j = 0; j < kLoadRows; ++j) {
+            const int64_t scale_row = r0 + j < count ? s.dy_scale_row[r0 + j] : -1;
+            codes[j] = scale_row < 0 ? make_uint2(0, 0)
+                                     : __ldg(reinterpret_cast<const uint2*>(
+                                           o.rhs + (begin + c0 + r0 + j) * p.n + n0));
+          }
 #pragma unroll
-          for (int e = 0; e < kVector; ++e) acc[i][e] = fmaf(a[i], y[e], acc[i][e]);
+          for (int j = 0; j < kLoadRows; ++j) {
+            if (r0 + j >= count) break;
+            const int64_t scale_row = s.dy_scale_row[r0 + j];
+            if (scale_row != factor_row) {  // the same for every thread of the block
+              ScaleFactors8(scale_row < 0 ? make_uint2(0, 0)
+                                          : __ldg(reinterpret_cast<const uint2*>(
+                                                o.rhs_scales + scale_row + n0)),
+                            factors);
+              factor_row = scale_row;
+            }
+            float y[kVector];
+            Decode8<kDy>(codes[j], factors, y);
+            const float4 a0 = *reinterpret_cast<const float4*>(&x_values[r0 + j][i0]);
+            const float4 a1 = *reinterpret_cast<const float4*>(&x_values[r0 + j][i0 + 4]);
+            const float a[kOutRows] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+#pragma unroll
+            for (int i = 0; i < kOutRows; ++i) {
+#pragma unroll
+              for (int e = 0; e < kVector; ++e) acc[i][e] = fmaf(a[i], y[e], acc[i][e]);
+            }
+          }
         }
       }
-    }
-    if (!inside) continue;
+      if (!inside) continue;
 #pragma unroll
-    for (int i = 0; i < kWarpRows; ++i) {
-      if (i < warp_rows) StoreEvictFirst(acc[i], out + i * p.n + n0);
+      for (int i = 0; i < kOutRows; ++i) {
+        if (i0 + i < block_rows) StoreEvictFirst(acc[i], out + (i0 + i) * p.n + n0);
+      }
     }
   }
 }
 
 template <Fp8Format kX, Fp8Format kDy, typename O>
 cudaError_t Launch(const RaggedKProblem& p, const RaggedKOperands& o, cudaStream_t stream) {
-  const int64_t row_blocks = CeilDiv(p.k, kBlockRows), chunks = CeilDiv(p.n, kChunkCols);
-  const int64_t column_blocks =
-      MinI64(MinI64(chunks, kMaxGridYZ), CeilDiv(kTargetBlocks, row_blocks * p.num_groups));
-  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(column_blocks),
+  const int64_t vectors = CeilDiv(p.n, kVector);
+  const int threads = static_cast<int>(MinI64(kMaxThreads, CeilDiv(vectors, 32) * 32));
+  const int64_t row_blocks = CeilDiv(p.k, kBlockRows), chunks = CeilDiv(vectors, threads);
+  const dim3 grid(static_cast<unsigned>(row_blocks),
+                  static_cast<unsigned>(MinI64(chunks, kMaxGridYZ)),
                   static_cast<unsigned>(p.num_groups));
-  Mxfp8RaggedKKernel<kX, kDy, O><<<grid, kThreads, 0, stream>>>(p, o);
+  Mxfp8RaggedKKernel<kX, kDy, O><<<grid, threads, 0, stream>>>(p, o);
   return cudaGetLastError();
 }
 
@@ -210,7 +337,7 @@ cudaError_t LaunchMxfp8RaggedK(const RaggedKProblem& p, const RaggedKOperands& o
                                cudaStream_t stream) {
   if (p.num_groups == 0 || p.k == 0 || p.n == 0) return cudaSuccess;
   if (p.k % kVector != 0 || p.n % kVector != 0 || p.num_groups > kMaxGridYZ ||
-      CeilDiv(p.k, kBlockRows) > 0x7FFFFFFF || !Aligned(o.lhs, 8) || !Aligned(o.rhs, 8) ||
+!Aligned(o.lhs, 8) || !Aligned(o.rhs, 8) ||
       !Aligned(o.lhs_scales, 8) || !Aligned(o.rhs_scales, 8) || !Aligned(o.out, 16))
     return cudaErrorInvalidValue;
   return p.lhs_format == Fp8Format::kE4M3 ? LaunchForDy<Fp8Format::kE4M3>(p, o, stream)
