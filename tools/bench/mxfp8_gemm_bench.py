@@ -34,8 +34,9 @@ from tools.bench import shapes as shapes_lib
 from tools.bench import worker_protocol as wp
 
 TARGET_SPEEDUP = {"compute": 1.0, "weight_bandwidth": 1.3}
-PATH_NOTE = ("backend: fused_few_rows = the fused kernel (fp8 weight codes multiplied on "
-             "tensor cores, no bf16 copy); dequantize = a bf16 copy of each operand in HBM, "
+PATH_NOTE = ("backend: fused_few_rows = the fused kernels, no bf16 copy (forward and dgrad: "
+             "fp8 weight codes multiplied on tensor cores; wgrad: values dequantized on load, "
+             "f32 multiply-adds); dequantize = a bf16 copy of each operand in HBM, "
              "then the BF16 grouped GEMM (more bytes and work than BF16: below target by "
              "construction).")
 # (lhs tensor, its orientation is colwise, rhs tensor, colwise) of each pass.
