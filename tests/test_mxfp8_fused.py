@@ -245,9 +245,9 @@ def test_agrees_with_the_dequantize_backend_on_special_values(gemm, case):
 
 
 def test_under_vmap_and_grad_of_grouped_dense():
-  """The recipe's forward and dgrad take the fused ragged-M kernel (few rows per group; its
-  wgrad the fused ragged-K one, test_mxfp8_fused_wgrad.py); the gradients match the f32 ones
-  to MXFP8 precision."""
+  """The recipe's three GEMMs take the fused kernels (few rows per group: forward and dgrad
+  ragged M, wgrad ragged K, no dequantize op); the gradients match the f32 ones to MXFP8
+  precision."""
   m, k, n, sizes = CASES["decode_like"]
   rng = np.random.default_rng(9)
   x = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
@@ -258,6 +258,8 @@ def test_under_vmap_and_grad_of_grouped_dense():
                               .astype(jnp.float32) ** 2)
   text = jax.jit(jax.grad(loss, (0, 1))).lower(x, w).as_text()
   assert text.count(f"custom_call @{jgg._native.MXFP8_RAGGED_M_TARGET}") == 2  # forward, dgrad
+  assert text.count(f"custom_call @{jgg._native.MXFP8_RAGGED_K_TARGET}") == 1  # wgrad
+  assert jgg._native.MXFP8_DEQUANTIZE_TARGET not in text
   dx, dw = jax.jit(jax.grad(loss, (0, 1)))(x, w)
   ref_dx, ref_dw = jax.grad(lambda x, w: jnp.sum(
       jgg.ragged_dot(x, w, group_sizes, preferred_element_type=jnp.float32) ** 2), (0, 1))(

@@ -48,14 +48,10 @@ inline ffi::ErrorOr<DecodedMxfp8BlockScaled> DecodeMxfp8BlockScaled(
     if (!HasRank(o, 2) || o[0] != m || o[1] != n)
       return ffi::Error::InvalidArgument(ShapeMismatch("out", "[M, N]"));
   }
-  auto lhs_format = DecodeFp8Format(lhs.element_type(), "lhs");
-  if (lhs_format.has_error()) return lhs_format.error();
-  auto rhs_format = DecodeFp8Format(rhs.element_type(), "rhs");
-  if (rhs_format.has_error()) return rhs_format.error();
-  auto out_type = DecodeElementType(out->element_type(), "out");
-  if (out_type.has_error()) return out_type.error();
-  const mxfp8::BlockScaledProblem problem{kind, m, k, n, g, lhs_format.value(),
-                                          rhs_format.value(), out_type.value()};
+  auto types = DecodeGemmElementTypes(lhs.element_type(), rhs.element_type(), out->element_type());
+  if (types.has_error()) return types.error();
+  const mxfp8::BlockScaledProblem problem{kind, m, k, n, g, types->lhs, types->rhs,
+                                          types->out};
   if (static_cast<int64_t>(lhs_scales.element_count()) != mxfp8::BlockScaledLhsScaleBytes(problem))
     return ffi::Error::InvalidArgument("lhs_scales: expected mxfp8_scale_bytes() elements");
   if (static_cast<int64_t>(rhs_scales.element_count()) != mxfp8::BlockScaledRhsScaleBytes(problem))

@@ -24,6 +24,23 @@ inline ffi::ErrorOr<mxfp8::Fp8Format> DecodeFp8Format(ffi::DataType t, const cha
   }
 }
 
+// The element types of an MXFP8 GEMM call: each operand's fp8 format and the result type.
+struct GemmElementTypes {
+  mxfp8::Fp8Format lhs, rhs;
+  ElementType out;
+};
+
+inline ffi::ErrorOr<GemmElementTypes> DecodeGemmElementTypes(ffi::DataType lhs, ffi::DataType rhs,
+                                                             ffi::DataType out) {
+  auto lhs_format = DecodeFp8Format(lhs, "lhs");
+  if (lhs_format.has_error()) return lhs_format.error();
+  auto rhs_format = DecodeFp8Format(rhs, "rhs");
+  if (rhs_format.has_error()) return rhs_format.error();
+  auto out_type = DecodeElementType(out, "out");
+  if (out_type.has_error()) return out_type.error();
+  return GemmElementTypes{lhs_format.value(), rhs_format.value(), out_type.value()};
+}
+
 // The static shape of a call from x (or the data) and group_sizes, per layout. A stack may
 // come as its tile view [G, Rt, Ct, r, c] (python/jax_grouped_gemm/mxfp8/tile_view.py): the
 // bytes of a row-major [G, Rt * r, Ct * c] stack, every buffer leading with (G, Rt, Ct) so that

@@ -39,15 +39,11 @@ inline ffi::ErrorOr<DecodedMxfp8RaggedM> DecodeMxfp8RaggedM(
   const auto o = out->dimensions();
   if (!HasRank(o, 2) || o[0] != l[0] || o[1] != n)
     return ffi::Error::InvalidArgument(ShapeMismatch("out", "[M, N]"));
-  auto lhs_format = DecodeFp8Format(lhs.element_type(), "lhs");
-  if (lhs_format.has_error()) return lhs_format.error();
-  auto rhs_format = DecodeFp8Format(rhs.element_type(), "rhs");
-  if (rhs_format.has_error()) return rhs_format.error();
-  auto out_type = DecodeElementType(out->element_type(), "out");
-  if (out_type.has_error()) return out_type.error();
+  auto types = DecodeGemmElementTypes(lhs.element_type(), rhs.element_type(), out->element_type());
+  if (types.has_error()) return types.error();
   const mxfp8::RaggedMProblem problem{
-      l[0],        l[1],   n, r[0], lhs_format.value(), rhs_format.value(),
-      lhs_grouped, lgs[0], out_type.value(), rhs_transposed};
+      l[0], l[1], n, r[0], types->lhs, types->rhs, lhs_grouped, lgs[0], types->out,
+      rhs_transposed};
   if (static_cast<int64_t>(lhs_scales.element_count()) != mxfp8::LhsScaleBytes(problem))
     return ffi::Error::InvalidArgument("lhs_scales: expected mxfp8_scale_bytes() elements");
   if (static_cast<int64_t>(rhs_scales.element_count()) != mxfp8::RhsScaleBytes(problem))
@@ -101,14 +97,10 @@ inline ffi::ErrorOr<DecodedMxfp8RaggedK> DecodeMxfp8RaggedK(
   const auto o = out->dimensions();
   if (!HasRank(o, 3) || o[0] != groups || o[1] != l[1] || o[2] != r[1])
     return ffi::Error::InvalidArgument(ShapeMismatch("out", "[G, K, N]"));
-  auto lhs_format = DecodeFp8Format(lhs.element_type(), "lhs");
-  if (lhs_format.has_error()) return lhs_format.error();
-  auto rhs_format = DecodeFp8Format(rhs.element_type(), "rhs");
-  if (rhs_format.has_error()) return rhs_format.error();
-  auto out_type = DecodeElementType(out->element_type(), "out");
-  if (out_type.has_error()) return out_type.error();
-  const mxfp8::RaggedKProblem problem{l[0], l[1], r[1], groups, lhs_format.value(),
-                                      rhs_format.value(), out_type.value()};
+  auto types = DecodeGemmElementTypes(lhs.element_type(), rhs.element_type(), out->element_type());
+  if (types.has_error()) return types.error();
+  const mxfp8::RaggedKProblem problem{l[0], l[1], r[1], groups, types->lhs, types->rhs,
+                                      types->out};
   if (static_cast<int64_t>(lhs_scales.element_count()) != mxfp8::ColwiseScaleBytes(problem, l[1]))
     return ffi::Error::InvalidArgument("lhs_scales: expected mxfp8_scale_bytes() elements");
   if (static_cast<int64_t>(rhs_scales.element_count()) != mxfp8::ColwiseScaleBytes(problem, r[1]))
