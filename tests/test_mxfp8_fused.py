@@ -40,6 +40,10 @@ CASES = {  # (M, K, N, group sizes)
     "one_group": (8, 32, 8, [8]),
     # Groups of 11, 3, 5 and 2 row tiles (DGRAD_CASES says why).
     "large_groups": (160, 200, 200, [83, 0, 23, 33, 11, 0, 0, 0, 0, 0]),
+    # Tens of rows per group (50 on average): on Hopper the wgmma kernel, whose tiles are 64
+    # rows (150: three), 64 of K (160: a last step of one MX block) and 128 columns (272:
+    # a last block of 16); sum 254 < 300.
+    "tens_of_rows": (300, 160, 272, [70, 0, 150, 33, 1, 0]),
 }
 
 
@@ -54,6 +58,7 @@ DGRAD_CASES = {
     # Row tiles 11 (passes of 4, 4, 2, 1), 3 (2, 1), 5 (4, then 1 of one row), 2 (2); the
     # last 128-column block's 4 chunks of 32 columns: inside K, across it (192..223), past it.
     "large_groups": (160, 200, 136, [83, 0, 23, 33, 11, 0, 0, 0, 0, 0]),
+    "tens_of_rows": (300, 272, 160, [70, 0, 150, 33, 1, 0]),  # as CASES says, contracting 160
 }
 
 
@@ -103,7 +108,8 @@ def test_forward_of_few_rows_per_group_is_fused():
 
 @pytest.mark.parametrize("gemm", ["fwd", "dgrad"])
 @pytest.mark.parametrize("case, lhs_sizes", [("decode_like", [20, 0, 15]),
-                                             ("large_groups", [40, 0, 45, 1, 60])])
+                                             ("large_groups", [40, 0, 45, 1, 60]),
+                                             ("tens_of_rows", [100, 0, 90, 64, 1])])
 def test_lhs_grouped_by_other_sizes_than_the_gemm(gemm, case, lhs_sizes):
   """x's (dy's) blocks and scales follow its own groups (here with a tail of no group, whose
   rows are 0 in it, and boundaries inside the GEMM's passes); the GEMM's groups need not
@@ -123,7 +129,8 @@ def test_calls_the_fused_kernel_cannot_take_fall_back_to_dequantize():
   misfits = {
       "group_offset": _problem(qx, qw, group_sizes, group_offset=jnp.int32(0)),
       "compute-bound": _problem(
-          mxfp8.quantize(jnp.ones((17 * len(sizes), k), jnp.bfloat16)), qw, group_sizes),
+          mxfp8.quantize(jnp.ones(((mxfp8_gemm.FUSED_MAX_ROWS_PER_GROUP + 1) * len(sizes), k),
+                                  jnp.bfloat16)), qw, group_sizes),
       "swizzled w": _problem(
           qx, mxfp8.quantize(jnp.ones((len(sizes), k, n), jnp.bfloat16), rowwise=False,
                              colwise=True, scale_layout="swizzled"), group_sizes),
@@ -198,16 +205,21 @@ def _gemm_operands(gemm, lhs_fp8=E4M3, w_fp8=E4M3, seed=0, case="decode_like"):
 @pytest.mark.parametrize("gemm", ["fwd", "dgrad"])
 @pytest.mark.parametrize("lhs_fp8, w_fp8", [(E5M2, E4M3), (E4M3, E5M2), (E5M2, E5M2)],
                          ids=lambda d: jnp.dtype(d).name)
-@pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float16])
-def test_element_types_and_result_dtypes(gemm, lhs_fp8, w_fp8, out_dtype):
-  lhs, w, group_sizes, dims, w_colwise, sizes = _gemm_operands(gemm, lhs_fp8, w_fp8, seed=3)
+# f16 results of tens_of_rows' 160-term sums of values up to 2^6 each would overflow.
+@pytest.mark.parametrize("case, out_dtype", [("decode_like", jnp.bfloat16),
+                                             ("decode_like", jnp.float16),
+                                             ("tens_of_rows", jnp.bfloat16)],
+                         ids=["decode_like-bf16", "decode_like-f16", "tens_of_rows-bf16"])
+def test_element_types_and_result_dtypes(gemm, lhs_fp8, w_fp8, out_dtype, case):
+  lhs, w, group_sizes, dims, w_colwise, sizes = _gemm_operands(gemm, lhs_fp8, w_fp8, seed=3,
+                                                               case=case)
   out = mxfp8.ragged_dot_general(lhs, w, group_sizes, dims, preferred_element_type=out_dtype)
   assert out.dtype == jnp.dtype(out_dtype)
   check_product(out, gemm, dequantized(lhs, False), dequantized(w, w_colwise), sizes)
 
 
 @pytest.mark.parametrize("gemm", ["fwd", "dgrad"])
-@pytest.mark.parametrize("case", ["decode_like", "large_groups"])
+@pytest.mark.parametrize("case", ["decode_like", "large_groups", "tens_of_rows"])
 def test_agrees_with_the_dequantize_backend_on_special_values(gemm, case):
   """NaN and Inf inputs, a zero block, values at the element maximum: the fused kernel's
   NaN/Inf pattern and finite values match the dequantize backend (f32 results). Blocks with

@@ -38,10 +38,13 @@ dimension numbers, result dtype) from static facts only:
   * "fused_few_rows": the forward and dgrad of groups averaging at most
     FUSED_MAX_ROWS_PER_GROUP rows (decode, small experts), where the GEMM is a
     stream of the weights. One custom call (MXFP8_RAGGED_M_TARGET, attribute
-    rhs_transposed for dgrad's W read rowwise in place): on CUDA a kernel that
-    reads the fp8 weights and their scales once per 8 group rows and multiplies
-    their codes on tensor cores (no bf16 copy in HBM), each 32-block's sum
-    scaled once; on the CPU the portable reference. It takes x (dy) rowwise
+    rhs_transposed for dgrad's W read rowwise in place): on CUDA, up to 16 rows
+    per group on average, a kernel that reads the fp8 weights and their scales
+    once per 8 group rows and multiplies their codes on tensor cores, each
+    32-block's sum scaled once; above that on Hopper (K a multiple of 32, N of
+    16), a wgmma kernel that dequantizes 64-row tiles on load into bf16 in
+    shared memory (exact for scales in its range, element by element otherwise);
+    no bf16 copy in HBM either way. On the CPU the portable reference. It takes x (dy) rowwise
     ("dense" or "varying_first", grouped by any sizes) and w a "same_dims"
     stack, compact scales, the contracted dimension a multiple of 4, the
     result's columns of 8, no group_offset. Its products are the
@@ -157,9 +160,12 @@ def _dequantize_backend(problem: MXFP8GemmProblem) -> jax.Array:
       preferred_element_type=problem.out_dtype, group_offset=problem.group_offset)
 
 
-# Groups averaging at most this many rows make the forward a stream of the weights, the
-# fused kernel's case; larger ones are compute-bound and run on the BF16 tensor cores.
-FUSED_MAX_ROWS_PER_GROUP = 16
+# Groups averaging at most this many rows take the fused kernels (on Hopper: up to 16 the mma
+# kernel on the fp8 codes, above that the wgmma kernel dequantizing on load). Measured on an
+# H100 (PERFORMANCE.md, eleventh session): at 64 rows per group both GEMMs beat the
+# dequantize backend (forward 0.69 against 0.80 ms, dgrad 0.55 against 0.78), at 128 the
+# forward does not; larger groups run the dequantize backend's BF16 tensor cores.
+FUSED_MAX_ROWS_PER_GROUP = 64
 # The fused wgrad does rows_g f32 multiply-adds per element of the [G, K, N] result on the
 # CUDA cores. An H100 does about 10 per byte it can write to HBM, so at 8 rows per group on
 # average (4 per byte of a bf16 result) they hide behind writing the result; calls with

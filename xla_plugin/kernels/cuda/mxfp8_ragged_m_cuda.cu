@@ -23,9 +23,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "xla_plugin/common/ragged_layout.h"
+#include "xla_plugin/kernels/cuda/device_info.h"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_passes.cuh"
+#include "xla_plugin/kernels/cuda/mxfp8_ragged_m_wgmma.h"
 
 namespace jgg::cuda {
 namespace {
@@ -596,11 +601,34 @@ cudaError_t LaunchWithOrientation(const RaggedMProblem& p, const RaggedMOperands
 
 bool Aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
+// Groups averaging more rows than this take the wgmma kernel where it fits: it reads each
+// weight once per 64 rows, this kernel once per 8 (or 32 for dgrad) but with less padding.
+constexpr int64_t kWgmmaMinRowsPerGroup = 16;
+
+// JGG_MXFP8_RAGGED_M_KERNEL=mma or =wgmma forces one kernel where it fits (measurements).
+const char* ForcedKernel() {
+  static const char* forced = std::getenv("JGG_MXFP8_RAGGED_M_KERNEL");
+  return forced == nullptr ? "" : forced;
+}
+
+bool UseWgmma(const RaggedMProblem& p, const RaggedMOperands& o) {
+  DeviceInfo gpu{};
+  if (QueryDevice(&gpu) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (!Mxfp8RaggedMWgmmaFits(p, o, gpu.major, gpu.minor)) return false;
+  if (std::strcmp(ForcedKernel(), "mma") == 0) return false;
+  if (std::strcmp(ForcedKernel(), "wgmma") == 0) return true;
+  return p.rows > kWgmmaMinRowsPerGroup * p.num_groups;
+}
+
 }  // namespace
 
 cudaError_t LaunchMxfp8RaggedM(const RaggedMProblem& p, const RaggedMOperands& o,
                                cudaStream_t stream) {
   if (p.rows == 0 || p.n == 0) return cudaSuccess;
+  if (UseWgmma(p, o)) return LaunchMxfp8RaggedMWgmma(p, o, stream);
   if (p.k % 4 != 0 || p.n % 8 != 0 || !Aligned(o.lhs, 4) || !Aligned(o.rhs, 16) ||
       !Aligned(o.rhs_scales, 16))
     return cudaErrorInvalidValue;

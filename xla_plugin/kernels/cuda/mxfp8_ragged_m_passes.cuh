@@ -55,24 +55,25 @@ __device__ inline SlotInGroup GroupSlot(int64_t tiles, int64_t s, bool one_tile_
 }
 
 // Warp 0: the pass of `slot` (all but its lhs scale rows), written to *pass by one lane;
-// false when the slot has no work.
+// false when the slot has no work. Row tiles are `tile_rows` rows (the mma kernel's 8, the
+// wgmma kernel's 64 with one-tile passes).
 __device__ inline bool LocatePass(const RaggedMProblem& p, const int32_t* sizes, int64_t slot,
-                                  bool one_tile_passes, Pass* pass) {
+                                  bool one_tile_passes, Pass* pass, int tile_rows = kTileRows) {
   const int lane = threadIdx.x % 32;
   int64_t rows_before = 0, slots_before = 0;
   for (int64_t base = 0; base < p.num_groups; base += 32) {
     const GroupRows group = NextGroupRows(sizes, p.num_groups, p.rows, base, &rows_before);
-    const int64_t tiles = CeilDiv(group.rows, kTileRows);  // = the group's slots
+    const int64_t tiles = CeilDiv(group.rows, tile_rows);  // = the group's slots
     const int64_t tiles_incl = WarpInclusiveSum(tiles);
     const int64_t first_slot = slots_before + tiles_incl - tiles;
     const unsigned hit = __ballot_sync(0xffffffffu, slot >= first_slot && slot < first_slot + tiles);
     if (hit != 0) {
       if (lane == __ffs(hit) - 1) {
         const SlotInGroup s = GroupSlot(tiles, slot - first_slot, one_tile_passes);
-        const int64_t in_group = s.first_tile * kTileRows;
+        const int64_t in_group = s.first_tile * tile_rows;
         pass->group = base + lane;
         pass->row_begin = group.begin + in_group;
-        pass->rows = MinI64(kTileRows * s.row_tiles, group.rows - in_group);
+        pass->rows = MinI64(tile_rows * s.row_tiles, group.rows - in_group);
         pass->row_tiles = s.row_tiles;
         pass->chunk = s.chunk;
         pass->tail = false;
@@ -94,31 +95,36 @@ __device__ inline bool LocatePass(const RaggedMProblem& p, const int32_t* sizes,
   return covered < p.rows;
 }
 
-// Warp 0: pass->lhs_scale_offsets. A grouped lhs's groups have scale matrices of
-// 128 * ceil(rows / 128) rows, one after another (mxfp8_layout.h).
-__device__ inline void LocateLhsScales(const RaggedMProblem& p, const int32_t* lhs_sizes,
-                                       Pass* pass) {
+// Warp 0: offsets[r] for the rows r < rows of [row_begin, row_begin + rows): the byte
+// offset of that lhs row's scale row, -1 in no lhs group. A grouped lhs's groups have scale
+// matrices of 128 * ceil(rows / 128) rows, one after another (mxfp8_layout.h).
+__device__ inline void LocateLhsScaleRows(const RaggedMProblem& p, const int32_t* lhs_sizes,
+                                          int64_t row_begin, int64_t rows, int64_t* offsets) {
   const int lane = threadIdx.x % 32;
   const int64_t row_bytes = mxfp8::LhsScaleRowBytes(p);
-  if (!p.lhs_grouped) {
-    pass->lhs_scale_offsets[lane] = lane < pass->rows ? (pass->row_begin + lane) * row_bytes : -1;
-    return;
-  }
-  pass->lhs_scale_offsets[lane] = -1;
+  for (int64_t r = lane; r < rows; r += 32) offsets[r] = p.lhs_grouped ? -1 : (row_begin + r) * row_bytes;
+  if (!p.lhs_grouped) return;
   __syncwarp();
   int64_t rows_before = 0, scale_rows_before = 0;
   for (int64_t base = 0; base < p.lhs_num_groups; base += 32) {
     const GroupRows group = NextGroupRows(lhs_sizes, p.lhs_num_groups, p.rows, base, &rows_before);
     const int64_t scale_rows = CeilDiv(group.rows, mxfp8::kScaleTileRows) * mxfp8::kScaleTileRows;
     const int64_t scale_incl = WarpInclusiveSum(scale_rows);
-    for (int r = 0; r < pass->rows; ++r) {
-      const int64_t row = pass->row_begin + r;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t row = row_begin + r;
       if (row >= group.begin && row < group.begin + group.rows)
-        pass->lhs_scale_offsets[r] =
-            (scale_rows_before + scale_incl - scale_rows + row - group.begin) * row_bytes;
+        offsets[r] = (scale_rows_before + scale_incl - scale_rows + row - group.begin) * row_bytes;
     }
     scale_rows_before += __shfl_sync(0xffffffffu, scale_incl, 31);
   }
+}
+
+// Warp 0: pass->lhs_scale_offsets (-1 past the pass's rows too).
+__device__ inline void LocateLhsScales(const RaggedMProblem& p, const int32_t* lhs_sizes,
+                                       Pass* pass) {
+  pass->lhs_scale_offsets[threadIdx.x % 32] = -1;
+  __syncwarp();
+  LocateLhsScaleRows(p, lhs_sizes, pass->row_begin, pass->rows, pass->lhs_scale_offsets);
 }
 
 }  // namespace jgg::cuda::mxfp8_ragged_m
