@@ -84,6 +84,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 # From the module: the package attribute `ragged_dot` is the function.
 import os
@@ -91,6 +93,7 @@ import os
 import numpy as np
 
 from jax_grouped_gemm import _native
+from jax_grouped_gemm.ragged_gemm_ops import vary_alike
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import ragged_dot_general as plain_ragged_dot_general
 from jax_grouped_gemm.mxfp8.quantize import dequantize
@@ -175,6 +178,18 @@ FUSED_WGRAD_MAX_GROUPS = 65535  # one grid dimension of the CUDA kernel
 _FUSED_OUT_DTYPES = tuple(map(jnp.dtype, (jnp.bfloat16, jnp.float16, jnp.float32)))
 
 
+def _fused_call(target, out_shape, out_dtype, operands, **attributes) -> jax.Array:
+  """ffi_call of a fused kernel. Inside shard_map its operands get the union of the manual
+  axes any of them varies over, and so does the result (ffi_call's own result would vary
+  over none: a type that, e.g., ragged_all_to_all's branches then disagree on)."""
+  operands = vary_alike(*operands)
+  like = jax.typeof(operands[0])
+  out = (jax.core.ShapedArray(out_shape, out_dtype, manual_axis_type=like.mat,
+                              sharding=NamedSharding(like.sharding.mesh, P()))
+         if like.mat.varying else jax.ShapeDtypeStruct(out_shape, out_dtype))
+  return jax.ffi.ffi_call(target, out, vmap_method="sequential")(*operands, **attributes)
+
+
 def _fused_few_rows_backend(problem: MXFP8GemmProblem) -> jax.Array:
   """One call of a fused MXFP8 grouped GEMM: x rowwise . w colwise stack (forward), dy
   rowwise . (w rowwise stack)^T read in place (dgrad, rhs_transposed), or x^T . dy, both
@@ -182,19 +197,20 @@ def _fused_few_rows_backend(problem: MXFP8GemmProblem) -> jax.Array:
   lhs, rhs = problem.lhs, problem.rhs
   group_sizes = problem.group_sizes.astype(jnp.int32)
   if problem.ragged_contracting:
-    out = jax.ShapeDtypeStruct((group_sizes.shape[0], lhs.tensor.shape[1], rhs.tensor.shape[1]),
-                               problem.out_dtype)
-    return jax.ffi.ffi_call(_native.MXFP8_RAGGED_K_TARGET, out, vmap_method="sequential")(
-        lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, group_sizes,
-        lhs.tensor.group_sizes.astype(jnp.int32), rhs.tensor.group_sizes.astype(jnp.int32))
+    return _fused_call(
+        _native.MXFP8_RAGGED_K_TARGET,
+        (group_sizes.shape[0], lhs.tensor.shape[1], rhs.tensor.shape[1]), problem.out_dtype,
+        (lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, group_sizes,
+         lhs.tensor.group_sizes.astype(jnp.int32), rhs.tensor.group_sizes.astype(jnp.int32)))
   rhs_transposed = not rhs.colwise
   n = rhs.tensor.shape[1 if rhs_transposed else 2]
-  out = jax.ShapeDtypeStruct((lhs.tensor.shape[0], n), problem.out_dtype)
   lhs_grouped = lhs.tensor.layout == "varying_first"
   lhs_group_sizes = lhs.tensor.group_sizes if lhs_grouped else jnp.zeros((0,), jnp.int32)
-  return jax.ffi.ffi_call(_native.MXFP8_RAGGED_M_TARGET, out, vmap_method="sequential")(
-      lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, group_sizes,
-      lhs_group_sizes.astype(jnp.int32), lhs_grouped=lhs_grouped, rhs_transposed=rhs_transposed)
+  return _fused_call(
+      _native.MXFP8_RAGGED_M_TARGET, (lhs.tensor.shape[0], n), problem.out_dtype,
+      (lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, group_sizes,
+       lhs_group_sizes.astype(jnp.int32)),
+      lhs_grouped=lhs_grouped, rhs_transposed=rhs_transposed)
 
 
 _BLOCKSCALED_OUT_DTYPES = tuple(map(jnp.dtype, (jnp.bfloat16, jnp.float32)))

@@ -45,7 +45,7 @@ def _same_input_dtype(lhs, rhs):
   return lhs.astype(common), rhs.astype(common)
 
 
-def _vary_alike(*operands):
+def vary_alike(*operands):
   """Inside shard_map, gives every operand the union of the manual axes any of
   them varies over (pcast, whose transpose is the psum the gradient needs), so
   the result's varying axes are well defined and check_vma holds."""
@@ -72,7 +72,7 @@ def canonical_out_sharding(out_sharding):
 
 def _bind(primitive, lhs, rhs, group_sizes, group_offset, out_dtype, out_sharding, **params):
   lhs, rhs = _same_input_dtype(lhs, rhs)
-  lhs, rhs, group_sizes, group_offset = _vary_alike(lhs, rhs, group_sizes, group_offset)
+  lhs, rhs, group_sizes, group_offset = vary_alike(lhs, rhs, group_sizes, group_offset)
   return primitive.bind(lhs, rhs, group_sizes, group_offset, out_dtype=jnp.dtype(out_dtype),
                         out_sharding=canonical_out_sharding(out_sharding), **params)
 
