@@ -26,6 +26,7 @@
 
 #include "xla_plugin/common/ragged_layout.h"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
+#include "xla_plugin/kernels/cuda/mxfp8_ragged_m_dispatch.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_passes.cuh"
 
 namespace jgg::cuda {
@@ -358,29 +359,12 @@ cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream
   return cudaGetLastError();
 }
 
-template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs>
-cudaError_t LaunchWithFormats(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream_t stream) {
-  switch (p.out_type) {
-    case ElementType::kF32: return Launch<kTransposed, kLhs, kRhs, float>(p, o, stream);
-    case ElementType::kBF16: return Launch<kTransposed, kLhs, kRhs, __nv_bfloat16>(p, o, stream);
-    case ElementType::kF16: return Launch<kTransposed, kLhs, kRhs, __half>(p, o, stream);
+struct WgmmaKernel {
+  template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
+  static cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream_t stream) {
+    return cuda::Launch<kTransposed, kLhs, kRhs, O>(p, o, stream);
   }
-  return cudaErrorInvalidValue;
-}
-
-template <bool kTransposed, Fp8Format kLhs>
-cudaError_t LaunchWithLhsFormat(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream_t stream) {
-  return p.rhs_format == Fp8Format::kE4M3
-             ? LaunchWithFormats<kTransposed, kLhs, Fp8Format::kE4M3>(p, o, stream)
-             : LaunchWithFormats<kTransposed, kLhs, Fp8Format::kE5M2>(p, o, stream);
-}
-
-template <bool kTransposed>
-cudaError_t LaunchWithOrientation(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream_t stream) {
-  return p.lhs_format == Fp8Format::kE4M3
-             ? LaunchWithLhsFormat<kTransposed, Fp8Format::kE4M3>(p, o, stream)
-             : LaunchWithLhsFormat<kTransposed, Fp8Format::kE5M2>(p, o, stream);
-}
+};
 
 bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
@@ -394,8 +378,7 @@ bool Mxfp8RaggedMWgmmaFits(const RaggedMProblem& p, const RaggedMOperands& o, in
 cudaError_t LaunchMxfp8RaggedMWgmma(const RaggedMProblem& p, const RaggedMOperands& o,
                                     cudaStream_t stream) {
   if (p.rows == 0 || p.n == 0) return cudaSuccess;
-  return p.rhs_transposed ? LaunchWithOrientation<true>(p, o, stream)
-                          : LaunchWithOrientation<false>(p, o, stream);
+  return mxfp8_ragged_m::Dispatch<WgmmaKernel>(p, o, stream);
 }
 
 }  // namespace jgg::cuda
