@@ -84,8 +84,6 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 # From the module: the package attribute `ragged_dot` is the function.
 import os
@@ -93,7 +91,7 @@ import os
 import numpy as np
 
 from jax_grouped_gemm import _native
-from jax_grouped_gemm.ragged_gemm_ops import vary_alike
+from jax_grouped_gemm.ragged_gemm_ops import vary_alike, varying_like
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import ragged_dot_general as plain_ragged_dot_general
 from jax_grouped_gemm.mxfp8.quantize import dequantize
@@ -183,10 +181,7 @@ def _fused_call(target, out_shape, out_dtype, operands, **attributes) -> jax.Arr
   axes any of them varies over, and so does the result (ffi_call's own result would vary
   over none: a type that, e.g., ragged_all_to_all's branches then disagree on)."""
   operands = vary_alike(*operands)
-  like = jax.typeof(operands[0])
-  out = (jax.core.ShapedArray(out_shape, out_dtype, manual_axis_type=like.mat,
-                              sharding=NamedSharding(like.sharding.mesh, P()))
-         if like.mat.varying else jax.ShapeDtypeStruct(out_shape, out_dtype))
+  out = varying_like(out_shape, out_dtype, jax.typeof(operands[0]))
   return jax.ffi.ffi_call(target, out, vmap_method="sequential")(*operands, **attributes)
 
 

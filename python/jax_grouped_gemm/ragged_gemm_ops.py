@@ -101,17 +101,22 @@ def _ragged_k_out_shape(lhs_shape, rhs_shape, num_groups):
   return (num_groups, batch, p, rhs_shape[2])
 
 
-def _result_aval(shape, dtype, operands, spec, out_sharding):
-  """The result's type: its sharding is the caller's out_sharding, else, on meshes of
-  Explicit axes, the one spec's plan (sharding_rules.py); it varies over the same
-  manual axes as the (aligned) operands."""
-  like = operands[0]
-  sharding = out_sharding or sharding_rules.result_sharding_in_types(spec, operands, shape)
+def varying_like(shape, dtype, like, sharding=None):
+  """A result type that varies over the same manual axes as `like` (an operand's type after
+  vary_alike); unsharded inside shard_map unless `sharding` says otherwise."""
   if sharding is None:
     if not like.mat.varying:
       return jax.core.ShapedArray(shape, dtype)
     sharding = NamedSharding(like.sharding.mesh, P())
   return jax.core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=like.mat)
+
+
+def _result_aval(shape, dtype, operands, spec, out_sharding):
+  """The result's type: its sharding is the caller's out_sharding, else, on meshes of
+  Explicit axes, the one spec's plan (sharding_rules.py); it varies over the same
+  manual axes as the (aligned) operands."""
+  sharding = out_sharding or sharding_rules.result_sharding_in_types(spec, operands, shape)
+  return varying_like(shape, dtype, operands[0], sharding)
 
 
 def _ragged_m_abstract_eval(*operands, rhs_transposed, out_dtype, out_sharding):

@@ -511,15 +511,6 @@ __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const
   }
 }
 
-template <typename O>
-__device__ void ZeroRows(const RaggedMProblem& p, const RaggedMOperands& o, const Pass& pass) {
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kBlockCols;
-  const int64_t cols = MinI64(kBlockCols, p.n - col0);
-  O* out = static_cast<O*>(o.out);
-  for (int64_t t = threadIdx.x; t < pass.rows * cols; t += kThreads)
-    out[(pass.row_begin + t / cols) * p.n + col0 + t % cols] = FromFloat<O>(0.0f);
-}
-
 // The forward's passes are of one row tile: its loads are per weight row (8 per MX block
 // whatever a lane's columns), so passes of 2 and 4 row tiles saved only conversions; measured
 // on an H100 (2026-11-24, ninth session), decode-zipf no faster and decode 3% slower. Dgrad's
@@ -545,7 +536,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) Mxfp8RaggedMKernel(
     if (!has_work) continue;
     // `pass` stays in shared memory (read there) until the next slot's first barrier.
     if (pass.tail) {
-      ZeroRows<O>(p, o, pass);
+      mxfp8_ragged_m::ZeroRows<O>(p, o.out, pass, static_cast<int64_t>(blockIdx.x) * kBlockCols,
+                                  kBlockCols);
     } else if (kOneTilePasses<kTransposed> || pass.row_tiles == 1) {
       RunPass<1, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
     } else if constexpr (!kOneTilePasses<kTransposed>) {
@@ -598,7 +590,7 @@ bool UseWgmma(const RaggedMProblem& p, const RaggedMOperands& o) {
     cudaGetLastError();
     return false;
   }
-  if (!Mxfp8RaggedMWgmmaFits(p, o, gpu.major, gpu.minor)) return false;
+  if (!Mxfp8RaggedMWgmmaFits(p, o, gpu.major)) return false;
   if (std::strcmp(ForcedKernel(), "mma") == 0) return false;
   if (std::strcmp(ForcedKernel(), "wgmma") == 0) return true;
   return p.rows > kWgmmaMinRowsPerGroup * p.num_groups;

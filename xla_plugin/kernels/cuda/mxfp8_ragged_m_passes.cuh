@@ -16,6 +16,7 @@
 
 #include "xla_plugin/common/mxfp8_gemm_problem.h"
 #include "xla_plugin/common/ragged_layout.h"
+#include "xla_plugin/kernels/cuda/float_convert.cuh"
 #include "xla_plugin/kernels/cuda/warp_group_scan.cuh"
 
 namespace jgg::cuda::mxfp8_ragged_m {
@@ -125,6 +126,16 @@ __device__ inline void LocateLhsScales(const RaggedMProblem& p, const int32_t* l
   pass->lhs_scale_offsets[threadIdx.x % 32] = -1;
   __syncwarp();
   LocateLhsScaleRows(p, lhs_sizes, pass->row_begin, pass->rows, pass->lhs_scale_offsets);
+}
+
+// The block's share of a tail pass: zeroes its rows (those of no group) in the output
+// columns [col0, col0 + block_cols).
+template <typename O>
+__device__ void ZeroRows(const RaggedMProblem& p, void* out, const Pass& pass, int64_t col0,
+                         int64_t block_cols) {
+  const int64_t cols = MinI64(block_cols, p.n - col0);
+  for (int64_t t = threadIdx.x; t < pass.rows * cols; t += blockDim.x)
+    static_cast<O*>(out)[(pass.row_begin + t / cols) * p.n + col0 + t % cols] = FromFloat<O>(0.0f);
 }
 
 }  // namespace jgg::cuda::mxfp8_ragged_m

@@ -265,14 +265,6 @@ __device__ void AddStepExactly(const RaggedMProblem& p, const RaggedMOperands& o
   }
 }
 
-template <typename O>
-__device__ void ZeroRows(const RaggedMProblem& p, const RaggedMOperands& o, const Pass& pass, int64_t n0) {
-  const int64_t cols = MinI64(kTileN, p.n - n0);
-  O* out = static_cast<O*>(o.out);
-  for (int64_t e = threadIdx.x; e < pass.rows * cols; e += kThreads)
-    out[(pass.row_begin + e / cols) * p.n + n0 + e % cols] = FromFloat<O>(0.0f);
-}
-
 template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
 __device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, SharedStorage& s, int64_t n0) {
   using L = Layouts<kTransposed>;
@@ -342,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 3) Mxfp8RaggedMWgmmaKernel(RaggedMPr
     __syncthreads();
     if (!s.has_work) continue;
     if (s.pass.tail) {
-      ZeroRows<O>(p, o, s.pass, n0);
+      mxfp8_ragged_m::ZeroRows<O>(p, o.out, s.pass, n0, kTileN);
     } else {
       RunTile<kTransposed, kLhs, kRhs, O>(p, o, s, n0);
     }
@@ -370,7 +362,7 @@ bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 }  // namespace
 
-bool Mxfp8RaggedMWgmmaFits(const RaggedMProblem& p, const RaggedMOperands& o, int major, int) {
+bool Mxfp8RaggedMWgmmaFits(const RaggedMProblem& p, const RaggedMOperands& o, int major) {
   return major == 9 && p.k % 32 == 0 && p.n % kChunk == 0 && Aligned16(o.lhs) &&
          Aligned16(o.rhs) && Aligned16(o.rhs_scales);
 }

@@ -12,11 +12,11 @@
 
 namespace jgg::cuda {
 
-// Whether the wgmma kernel takes this call on a GPU of compute capability `major`.`minor`:
+// Whether the wgmma kernel takes this call on a GPU of compute capability major `major`:
 // Hopper (sm_90a code), K a multiple of 32 and N of 16 (whole MX blocks and 16-byte weight
 // chunks), operands and scales 16-byte aligned.
 bool Mxfp8RaggedMWgmmaFits(const mxfp8::RaggedMProblem& problem,
-                           const mxfp8::RaggedMOperands& operands, int major, int minor);
+                           const mxfp8::RaggedMOperands& operands, int major);
 
 cudaError_t LaunchMxfp8RaggedMWgmma(const mxfp8::RaggedMProblem& problem,
                                     const mxfp8::RaggedMOperands& operands, cudaStream_t stream);
