@@ -12,8 +12,8 @@ from tools.bench import shapes as shapes_lib  # noqa: E402
 
 
 def test_tiny_shape_times_checks_and_reports_every_pass(tmp_path):
-  # 320 rows over 4 experts: Zipf sizes, not multiples of 32; K, N multiples of 8.
-  shape = shapes_lib.GroupedGemmShape("tiny", 320, 64, 48, 4, routing="zipf", seed=3)
+  # 640 rows over 4 experts: Zipf sizes, not multiples of 32; K, N multiples of 8.
+  shape = shapes_lib.GroupedGemmShape("tiny", 640, 64, 48, 4, routing="zipf", seed=3)
   result = mxfp8_gemm_bench.run([shape], shapes_lib.PASSES, str(tmp_path), calls=2, runs=2,
                                 log=lambda _: None)
   records = {r["pass_name"]: r for r in result["records"]}
@@ -23,11 +23,11 @@ def test_tiny_shape_times_checks_and_reports_every_pass(tmp_path):
     assert r["bf16"]["runs"] == r["mxfp8"]["runs"] == 2
     assert r["speedup"] > 0 and r["target_speedup"] == 1.0
     assert r["check_rel_err"] < 1e-2  # against the BF16 GEMM of the dequantized operands
-    assert r["backend"] == "dequantize"  # 80 rows per group: compute-bound
+    assert r["backend"] == "dequantize"  # 160 rows per group: compute-bound
   saved = json.loads((tmp_path / "mxfp8_gemm_bench.json").read_text())
   assert [r["backend"] for r in saved["records"]] == ["dequantize"] * len(shapes_lib.PASSES)
   table = (tmp_path / "mxfp8_gemm_bench.md").read_text()
-  assert "| tiny | 320, 64, 48, 4 | wgrad | compute | dequantize |" in table
+  assert "| tiny | 640, 64, 48, 4 | wgrad | compute | dequantize |" in table
 
 
 def test_few_rows_per_group_forward_runs_the_fused_backend(tmp_path):

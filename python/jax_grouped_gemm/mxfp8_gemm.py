@@ -163,10 +163,11 @@ def _dequantize_backend(problem: MXFP8GemmProblem) -> jax.Array:
 
 # Groups averaging at most this many rows take the fused kernels (on Hopper: up to 16 the mma
 # kernel on the fp8 codes, above that the wgmma kernel dequantizing on load). Measured on an
-# H100 (PERFORMANCE.md, eleventh session): at 64 rows per group both GEMMs beat the
-# dequantize backend (forward 0.69 against 0.80 ms, dgrad 0.55 against 0.78), at 128 the
-# forward does not; larger groups run the dequantize backend's BF16 tensor cores.
-FUSED_MAX_ROWS_PER_GROUP = 64
+# H100 (PERFORMANCE.md, twelfth session, decode dims): at 128 rows per group both GEMMs beat
+# the dequantize backend (forward 0.71 against 0.88 ms, dgrad 0.68 against 0.88), at 256
+# neither does (1.24 against 1.00); larger groups run the dequantize backend's BF16 tensor
+# cores.
+FUSED_MAX_ROWS_PER_GROUP = 128
 # The fused wgrad does rows_g f32 multiply-adds per element of the [G, K, N] result on the
 # CUDA cores. An H100 does about 10 per byte it can write to HBM, so at 8 rows per group on
 # average (4 per byte of a bf16 result) they hide behind writing the result; calls with

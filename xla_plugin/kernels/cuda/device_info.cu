@@ -4,11 +4,6 @@
 #include <utility>
 
 namespace jgg::cuda {
-namespace {
-
-constexpr int kMaxDevices = 64;
-
-}  // namespace
 
 cudaError_t QueryDevice(DeviceInfo* info) {
   // sm_count 0: not asked yet. Each value is written before the count that publishes it.

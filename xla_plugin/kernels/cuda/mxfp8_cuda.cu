@@ -27,7 +27,7 @@ DeviceInfo CurrentDevice() {
 // runtime cannot say: then one CTA per job). Host queries only (no stream work), so the launch
 // stays capturable in command buffers. Cached per device and CTA width in the kernel's own
 // `cache` (0: not asked yet): the queries cost microseconds, as much as a small call's kernel.
-constexpr int kDevices = 64, kWidths = kMaxThreads / 32;
+constexpr int kDevices = kMaxDevices, kWidths = kMaxThreads / 32;
 using ResidentCache = std::atomic<int64_t>[kDevices][kWidths];
 
 template <typename Kernel>
@@ -65,18 +65,6 @@ struct KernelState {  // one per kernel instantiation
   ResidentCache resident;
   std::atomic<uint64_t> shared_opted_in{0};  // a bit per device
 };
-
-// Opts `kernel` in to `bytes` of dynamic shared memory on `device` (the current one). The
-// attribute belongs to the kernel's copy on one device (a process may drive several), so it is
-// set once per device and kernel (a host call; later calls read a bit).
-template <typename Kernel>
-cudaError_t AllowSharedBytes(Kernel kernel, int bytes, int device, std::atomic<uint64_t>& opted_in) {
-  const uint64_t bit = device >= 0 && device < kDevices ? uint64_t{1} << device : 0;
-  if (bit != 0 && (opted_in.load(std::memory_order_relaxed) & bit) != 0) return cudaSuccess;
-  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e == cudaSuccess) opted_in.fetch_or(bit, std::memory_order_relaxed);
-  return e;
-}
 
 // Launches `kernel` over grid's jobs: one wave of CTAs taking jobs from the counter. Wide
 // kernels take their copy stages as dynamic shared memory (static and dynamic together pass

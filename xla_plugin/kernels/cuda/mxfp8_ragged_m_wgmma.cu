@@ -1,13 +1,15 @@
 // Dequantize-on-load MXFP8 grouped GEMM on Hopper's wgmma (see mxfp8_ragged_m_wgmma.h).
 //
 // A block (one warpgroup) computes a 64-row tile of one group (mxfp8_ragged_m_passes.cuh's
-// passes, with 64-row tiles) for 128 output columns. Per 64-deep step of K, each thread loads
-// its share of the x tile [64, 64] and the weight tile [128 columns, 64] as fp8 codes and E8M0
-// scales, turns them into bf16 (code * 2^(e - 127), the integer conversion of ExactScaling)
-// and stores them in shared memory in the layouts wgmma reads (128-byte swizzle; the
-// forward's weights N-major as stored, dgrad's K-major), then one wgmma 64x128x16 per 16 of K
-// adds the products to f32 accumulators. The next step's loads are in flight during the
-// wgmma; the conversion waits for it (several blocks per SM overlap each other's).
+// passes, with 64-row tiles) for 128 output columns, in steps of 64 of K. cp.async copies each
+// step's fp8 codes and E8M0 scale words into a ring of shared-memory stages, kStages - 1 steps
+// ahead. Each thread turns the 16-code runs it copied into bf16 (code * 2^(e - 127), the
+// integer conversion of ExactScaling) and stores them at swizzled addresses computed once per
+// tile, in the layouts wgmma reads (128-byte swizzle; the forward's weights N-major as stored,
+// dgrad's K-major); then one wgmma 64x128x16 per 16 of K adds the products to f32
+// accumulators. The conversion's instructions and the warps that hide their latency bound the
+// kernel (not the loads: the copy ring alone changed nothing), hence the per-tile addresses
+// and factors and the pipeline shape below.
 //
 // Exactness: the bf16 values are the dequantized values exactly, and so are their products
 // in f32, while every scale of the step is in FastScales' range (or its block's codes are all
@@ -19,12 +21,16 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
+
 #include <cute/arch/mma_sm90.hpp>
 #include <cute/atom/mma_atom.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
+#include <cutlass/arch/memory_sm80.h>
 
 #include "xla_plugin/common/ragged_layout.h"
+#include "xla_plugin/kernels/cuda/device_info.h"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_dispatch.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_passes.cuh"
@@ -58,17 +64,8 @@ struct FastScales {
   static constexpr uint32_t kFactorOffset = Exact::kBiasGap + Exact::kOut.bias - 127;
 
   __device__ static bool InRange(uint32_t e) { return e - kLo <= static_cast<uint32_t>(kHi - kLo); }
-  // Per byte of four scales: 0xFF where in range.
-  __device__ static uint32_t InRange4(uint32_t e4) {
-    return __vcmpgeu4(e4, kLo * 0x01010101u) & __vcmpleu4(e4, kHi * 0x01010101u);
-  }
   // Two bf16 factors 2^(e - 127) relative to Exact's code encoding, for two codes of scale e.
   __device__ static uint32_t Factor2(uint32_t e) { return Exact::FactorBits(e) * 0x00010001u; }
-  // The factors of four codes with the scales of e4's bytes (all in range): lanes (0, 1), (2, 3).
-  __device__ static void Factors4(uint32_t e4, uint32_t (&f)[2]) {
-    f[0] = (__byte_perm(e4, 0, 0x4140) + kFactorOffset * 0x00010001u) << Exact::kOut.mantissa_bits;
-    f[1] = (__byte_perm(e4, 0, 0x4342) + kFactorOffset * 0x00010001u) << Exact::kOut.mantissa_bits;
-  }
 };
 
 __device__ inline uint32_t Word(const uint4& v, int i) {
@@ -79,17 +76,50 @@ __device__ inline bool AnyNonzeroCode(const uint4& codes) {
   return ((codes.x | codes.y | codes.z | codes.w) & 0x7F7F7F7Fu) != 0;
 }
 
-// Stores 8 bf16 (4 words) at each of lo and hi: 16-byte runs of the swizzled tiles (the
-// swizzle moves 16-byte chunks, so the two halves of 16 values are stored apart).
-__device__ inline void StoreHalves(const uint32_t (&out)[8], void* lo, void* hi) {
-  *static_cast<uint4*>(lo) = make_uint4(out[0], out[1], out[2], out[3]);
-  *static_cast<uint4*>(hi) = make_uint4(out[4], out[5], out[6], out[7]);
+// The factors of 16 codes of 16 columns with a scale each (the forward's weights: a row of 16
+// codes along N), from the 16 scale bytes: per word of 4 codes, two bf16x2 factor words
+// (lanes (0, 1) and (2, 3)) and a byte mask of the codes whose scale is outside FastScales'
+// range (those get the factor 1: exact for zero codes; a nonzero one makes the step slow).
+// A thread computes them once per K block and uses them for each of its rows of that block.
+template <Fp8Format kFormat>
+struct ColumnFactors {
+  using F = FastScales<kFormat>;
+  uint32_t factors[8];
+  uint32_t outside[4];
+
+  __device__ explicit ColumnFactors(const uint4& scales) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t lane_masks[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // Two scales in 16-bit lanes; a lane's bit 15: above kHi, or (inverted) not below kLo.
+        const uint32_t lanes = __byte_perm(Word(scales, i), 0, h == 0 ? 0x4140 : 0x4342);
+        const uint32_t above = lanes + (0x7FFFu - F::kHi) * 0x00010001u;
+        const uint32_t not_below = lanes + (0x8000u - F::kLo) * 0x00010001u;
+        lane_masks[h] = (((above | ~not_below) & 0x80008000u) >> 15) * 0xFFFFu;
+        const uint32_t e = (lanes & ~lane_masks[h]) | (127u * 0x00010001u & lane_masks[h]);
+        factors[2 * i + h] = (e + F::kFactorOffset * 0x00010001u) << F::Exact::kOut.mantissa_bits;
+      }
+      outside[i] = __byte_perm(lane_masks[0], lane_masks[1], 0x6420);  // code j: lane j % 2 of mask j / 2
+    }
+  }
+};
+
+// Stores 8 bf16 (4 words) at each of the shared addresses lo and lo ^ 16: the two 16-byte
+// halves of a run of 16 values whose first element is 16-value aligned. The 128-byte swizzle
+// moves 16-byte chunks within a 128-byte row by an XOR of the chunk index, so the second half
+// is the first's chunk with bit 0 flipped.
+__device__ inline void StoreHalves(const uint32_t (&out)[8], uint32_t lo) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(lo), "r"(out[0]), "r"(out[1]),
+               "r"(out[2]), "r"(out[3]) : "memory");
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(lo ^ 16u), "r"(out[4]), "r"(out[5]),
+               "r"(out[6]), "r"(out[7]) : "memory");
 }
 
-// 16 codes sharing scale e -> 16 bf16 at lo (first 8) and hi. Returns whether the bf16 path
-// cannot take them.
+// 16 codes sharing scale e -> 16 bf16 at lo. Returns whether the bf16 path cannot take them.
 template <Fp8Format kFormat>
-__device__ inline bool StoreUniform(const uint4& codes, uint32_t e, void* lo, void* hi) {
+__device__ inline bool StoreUniform(const uint4& codes, uint32_t e, uint32_t lo) {
   using F = FastScales<kFormat>;
   const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
   const bool fast = F::InRange(e);
@@ -99,128 +129,246 @@ __device__ inline bool StoreUniform(const uint4& codes, uint32_t e, void* lo, vo
   uint32_t out[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) F::Exact::Convert(words[i], factors, &out[2 * i]);
-  StoreHalves(out, lo, hi);
+  StoreHalves(out, lo);
   return slow;
 }
 
-// 16 codes with one scale each (scales' bytes in code order) -> 16 bf16 at lo and hi.
+// 16 codes of 16 columns with the factors f -> 16 bf16 at lo.
 template <Fp8Format kFormat>
-__device__ inline bool StorePerCode(const uint4& codes, const uint4& scales, void* lo, void* hi) {
+__device__ inline bool StorePerCode(const uint4& codes, const ColumnFactors<kFormat>& f, uint32_t lo) {
   using F = FastScales<kFormat>;
   const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-  bool slow = F::Exact::AnySpecial(words);
-  uint32_t out[8];
+  uint32_t outside_codes = 0, out[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t e4 = Word(scales, i), in = F::InRange4(e4);
-    slow |= (__vcmpne4(words[i] & 0x7F7F7F7Fu, 0) & ~in) != 0;
-    uint32_t factors[2];
-    F::Factors4((e4 & in) | (127u * 0x01010101u & ~in), factors);
-    F::Exact::Convert(words[i], factors, &out[2 * i]);
+    outside_codes |= words[i] & f.outside[i];
+    F::Exact::Convert(words[i], &f.factors[2 * i], &out[2 * i]);
   }
-  StoreHalves(out, lo, hi);
-  return slow;
+  StoreHalves(out, lo);
+  return F::Exact::AnySpecial(words) || (outside_codes & 0x7F7F7F7Fu) != 0;
 }
 
 // The wgmma operands: x tile (64 rows, K-major) and weight tile (128 columns; forward N-major
-// as the weights are stored, dgrad K-major), both with the 128-byte swizzle.
-template <bool kTransposed>
+// as the weights are stored, dgrad K-major), both with the 128-byte swizzle, kBuffers of each.
+template <bool kTransposed, int kBuffers>
 struct Layouts {
   using MmaAtom = cute::SM90_64x128x16_F32BF16BF16_SS<
       cute::GMMA::Major::K, kTransposed ? cute::GMMA::Major::K : cute::GMMA::Major::MN>;
+  using Buffers = cute::Int<kBuffers>;
   using SmemA = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<cute::bfloat16_t>{},
-                                             cute::Shape<cute::Int<kTileM>, cute::Int<kTileK>>{}));
+                                             cute::Shape<cute::Int<kTileM>, cute::Int<kTileK>, Buffers>{}));
   using AtomB = std::conditional_t<kTransposed, cute::GMMA::Layout_K_SW128_Atom<cute::bfloat16_t>,
                                    cute::GMMA::Layout_MN_SW128_Atom<cute::bfloat16_t>>;
-  using SmemB = decltype(cute::tile_to_shape(AtomB{}, cute::Shape<cute::Int<kTileN>, cute::Int<kTileK>>{}));
+  using SmemB = decltype(cute::tile_to_shape(AtomB{}, cute::Shape<cute::Int<kTileN>, cute::Int<kTileK>, Buffers>{}));
 };
 
+// One step's operands as they are in memory, copied in by cp.async kStages - 1 steps ahead.
+struct RawStep {
+  alignas(128) uint8_t x[kTileM * kTileK];  // [row][k]
+  alignas(128) uint8_t w[kTileN * kTileK];  // forward [k][n], dgrad [n][k]
+  // Per row, the aligned word of its scale row holding the step's two scales (scale rows are
+  // padded to 4 bytes and a step starts at an even block, so both are in one word).
+  uint32_t x_scales[kTileM];
+  // Forward: the step's two scale rows, 128 columns each; dgrad: a word per column, as x's.
+  alignas(16) uint8_t w_scales[4 * kTileN];
+};
+
+// kStages raw steps in the ring (kStages - 1 in flight while one is converted), kBuffers bf16
+// tiles (2: a step's conversion overlaps the block's previous wgmma), kMinBlocks per SM (the
+// shared memory and registers they allow). The block is latency-bound (4 warps, dependent
+// conversion chains), so warps per SM count most: on an H100 (PERFORMANCE.md, twelfth
+// session) 3 stages, 1 buffer, 3 blocks (65 KB, 155-168 registers) ran the 32-rows-per-group
+// forward in 0.285 ms, against 0.328 for 4 stages, 2 buffers, 2 blocks and 0.378 for 2 stages,
+// 1 buffer, 4 blocks (whose 128 registers spill).
+template <int kStages_, int kBuffers_, int kMinBlocks_>
+struct Pipeline {
+  static constexpr int kStages = kStages_, kBuffers = kBuffers_, kMinBlocks = kMinBlocks_;
+  static_assert(kStages >= 2 && kBuffers >= 1);
+};
+using DefaultPipeline = Pipeline<3, 1, 3>;
+
+template <class P>
 struct SharedStorage {
-  alignas(1024) __nv_bfloat16 a[kTileM * kTileK];
-  alignas(1024) __nv_bfloat16 b[kTileN * kTileK];
+  alignas(1024) __nv_bfloat16 a[P::kBuffers][kTileM * kTileK];
+  alignas(1024) __nv_bfloat16 b[P::kBuffers][kTileN * kTileK];
+  RawStep raw[P::kStages];
   int64_t lhs_scale_offsets[kTileM];
   Pass pass;
   bool has_work;
 };
+constexpr int kSharedAlignment = 1024;  // the 128-byte swizzle's repeat: tiles start at one
 
-// One step's codes and scales of this thread, loaded a step ahead.
-//   x:  row tid / 2 of the tile, MX block tid % 2 of the step (32 codes, one scale).
-//   w:  forward, K row tid / 2, columns 64 (tid % 2) + 16c (16 codes and 16 scales each);
-//       dgrad, column tid, K 16c (16 codes each, scales of the step's two blocks).
-struct StepLoads {
-  uint4 x[2];
-  uint32_t x_scale;
-  uint4 w[4];
-  uint4 w_scales[4];  // forward: per code; dgrad: .x holds the two block scales
+template <int kBytes>
+__device__ inline void CopyAsync(void* dst, const void* src, bool valid) {
+  if constexpr (kBytes == 16) {
+    cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(dst, src, valid);
+  } else {
+    cutlass::arch::cp_async_zfill<kBytes, cutlass::arch::CacheOperation::Always>(dst, src, valid);
+  }
+}
+
+// Byte of a scale word holding the step's MX block `block` (0, 1) of K at k0.
+__device__ inline uint32_t StepScale(uint32_t word, int64_t k0, int block) {
+  return (word >> (8 * ((k0 / 32) % 4 + block))) & 0xFFu;
+}
+
+constexpr int kXRuns = kTileM * kTileK / kChunk / kThreads;  // 16-code runs per thread and step
+constexpr int kWRuns = kTileN * kTileK / kChunk / kThreads;
+constexpr int kRunsPerRow = kTileK / kChunk;                  // x and dgrad's weights: K-major
+constexpr int kRunsPerKRow = kTileN / kChunk;                 // the forward's weights: N-major
+
+// Where this thread's copies come from at step 0, read once per tile (the pass lives in shared
+// memory, which the compiler reloads after every barrier). Thread t's chunks of a tile are
+// c = t + 128 i (consecutive threads, consecutive bytes), so its runs are 32 rows (x, dgrad's
+// weights) or 16 K rows (the forward's weights) apart.
+struct Sources {
+  const uint8_t* x;         // run 0's codes: row t / 4, K 16 (t % 4)
+  const uint8_t* x_scales;  // row t's scale word (t < 64)
+  const uint8_t* w;         // run 0's codes
+  const uint8_t* w_scales;  // dgrad: column t's scale word; forward: chunk t of two scale rows
+  uint32_t inside;          // bits: kXRun + i (x run i), kWRun + i (w run i), kScale (x), kWScale
+  static constexpr int kXRun = 0, kWRun = 8, kXScale = 16, kWScale = 17;
 };
 
 template <bool kTransposed>
-__device__ inline void LoadStep(const RaggedMProblem& p, const RaggedMOperands& o,
-                                const SharedStorage& s, const uint8_t* w, const uint8_t* w_scales,
-                                int64_t n0, int64_t k0, StepLoads& l) {
+__device__ inline Sources LocateSources(const RaggedMProblem& p, const RaggedMOperands& o, const Pass& pass,
+                                        const int64_t* lhs_scale_offsets, const uint8_t* w,
+                                        const uint8_t* w_scales, int64_t n0) {
   const int t = threadIdx.x;
-  {
-    const int r = t / 2, h = t % 2;
-    const int64_t k = k0 + 32 * h, offset = r < s.pass.rows ? s.lhs_scale_offsets[r] : -1;
-    l.x[0] = l.x[1] = make_uint4(0, 0, 0, 0);
-    l.x_scale = 127;
-    if (offset >= 0 && k < p.k) {
-      const uint4* src = reinterpret_cast<const uint4*>(o.lhs + (s.pass.row_begin + r) * p.k + k);
-      l.x[0] = src[0];
-      l.x[1] = src[1];
-      l.x_scale = o.lhs_scales[offset + k / 32];
-    }
+  Sources src{};
+  src.x = o.lhs + (pass.row_begin + t / kRunsPerRow) * p.k + kChunk * (t % kRunsPerRow);
+#pragma unroll
+  for (int i = 0; i < kXRuns; ++i) {
+    const int r = (t + kThreads * i) / kRunsPerRow;
+    if (r < pass.rows && lhs_scale_offsets[r] >= 0) src.inside |= 1u << (Sources::kXRun + i);
+  }
+  if (t < kTileM && t < pass.rows && lhs_scale_offsets[t] >= 0) {
+    src.x_scales = o.lhs_scales + lhs_scale_offsets[t];
+    src.inside |= 1u << Sources::kXScale;
+  }
+  const int64_t row_bytes = mxfp8::RhsScaleRowBytes(p);
+  if constexpr (kTransposed) {
+    src.w = w + (n0 + t / kRunsPerRow) * p.k + kChunk * (t % kRunsPerRow);
+#pragma unroll
+    for (int i = 0; i < kWRuns; ++i)
+      if (n0 + (t + kThreads * i) / kRunsPerRow < p.n) src.inside |= 1u << (Sources::kWRun + i);
+    src.w_scales = w_scales + (n0 + t) * row_bytes;
+    if (n0 + t < p.n) src.inside |= 1u << Sources::kWScale;
+  } else {
+    const int64_t n = n0 + kChunk * (t % kRunsPerKRow);
+    src.w = w + (t / kRunsPerKRow) * p.n + n;
+    if (n < p.n) src.inside |= ((1u << kWRuns) - 1) << Sources::kWRun;
+    src.w_scales = w_scales + (t / kRunsPerKRow) * row_bytes + n;  // used by t < 16: scale rows 0, 1
+    if (n < p.n && t < 2 * kRunsPerKRow) src.inside |= 1u << Sources::kWScale;
+  }
+  return src;
+}
+
+// Starts copying the step at k0 into `raw`; what lies outside the operands (rows of no group or
+// past the pass, K and N tails) is zero-filled. A step's two scales of a row share an aligned
+// scale word (scale rows are padded to 4 bytes, a step starts at an even MX block).
+template <bool kTransposed>
+__device__ inline void IssueStep(const RaggedMProblem& p, const Sources& src, const uint8_t* fallback,
+                                 int64_t k0, RawStep& raw) {
+  const int t = threadIdx.x;
+  const auto inside = [&](int bit) { return (src.inside >> bit & 1u) != 0; };
+  const bool k_inside = k0 + kChunk * (t % kRunsPerRow) < p.k;  // x's and dgrad's runs
+#pragma unroll
+  for (int i = 0; i < kXRuns; ++i) {
+    const bool in = inside(Sources::kXRun + i) && k_inside;
+    CopyAsync<16>(raw.x + kChunk * (t + kThreads * i),
+                  in ? src.x + i * (kThreads / kRunsPerRow) * p.k + k0 : fallback, in);
+  }
+  if (t < kTileM) {
+    const bool in = inside(Sources::kXScale);
+    CopyAsync<4>(&raw.x_scales[t], in ? src.x_scales + k0 / 128 * 4 : fallback, in);
   }
   if constexpr (kTransposed) {
-    const int64_t n = n0 + t;
-    const int64_t row_bytes = mxfp8::RhsScaleRowBytes(p);
-    l.w_scales[0].x = 127u * 0x0101u;
-    if (n < p.n && k0 + 32 < p.k) {
-      l.w_scales[0].x = *reinterpret_cast<const uint16_t*>(w_scales + n * row_bytes + k0 / 32);
-    } else if (n < p.n && k0 < p.k) {
-      l.w_scales[0].x = w_scales[n * row_bytes + k0 / 32] | (127u << 8);
-    }
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int64_t k = k0 + kChunk * c;
-      l.w[c] = n < p.n && k < p.k ? *reinterpret_cast<const uint4*>(w + n * p.k + k)
-                                  : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < kWRuns; ++i) {
+      const bool in = inside(Sources::kWRun + i) && k_inside;
+      CopyAsync<16>(raw.w + kChunk * (t + kThreads * i),
+                    in ? src.w + i * (kThreads / kRunsPerRow) * p.k + k0 : fallback, in);
     }
+    const bool in = inside(Sources::kWScale);
+    CopyAsync<4>(raw.w_scales + 4 * t, in ? src.w_scales + k0 / 128 * 4 : fallback, in);
   } else {
-    const int64_t k = k0 + t / 2;
-    const int64_t row_bytes = mxfp8::RhsScaleRowBytes(p);
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int64_t n = n0 + 64 * (t % 2) + kChunk * c;
-      const bool in = k < p.k && n < p.n;
-      l.w[c] = in ? *reinterpret_cast<const uint4*>(w + k * p.n + n) : make_uint4(0, 0, 0, 0);
-      l.w_scales[c] = in ? *reinterpret_cast<const uint4*>(w_scales + (k / 32) * row_bytes + n)
-                         : make_uint4(127u * 0x01010101u, 127u * 0x01010101u, 127u * 0x01010101u,
-                                      127u * 0x01010101u);
+    for (int i = 0; i < kWRuns; ++i) {
+      const int64_t k = k0 + (t + kThreads * i) / kRunsPerKRow;
+      const bool in = inside(Sources::kWRun + i) && k < p.k;
+      CopyAsync<16>(raw.w + kChunk * (t + kThreads * i), in ? src.w + (k - t / kRunsPerKRow) * p.n : fallback, in);
+    }
+    if (t < 2 * kRunsPerKRow) {
+      const bool in = inside(Sources::kWScale) && k0 + 32 * (t / kRunsPerKRow) < p.k;
+      CopyAsync<16>(raw.w_scales + kChunk * t,
+                    in ? src.w_scales + (k0 / 32) * mxfp8::RhsScaleRowBytes(p) : fallback, in);
     }
   }
 }
 
-// Stores the step's bf16 tiles; returns whether any of this thread's values needs the exact path.
-template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, class SA, class SB>
-__device__ inline bool StoreStep(const StepLoads& l, SA& sA, SB& sB) {
+// Shared addresses, in buffer 0, of this thread's runs of 16 bf16 values in the tiles (run c of
+// a tile is the raw chunk c).
+struct Runs {
+  uint32_t x[kXRuns];
+  uint32_t w[kWRuns];
+};
+
+template <bool kTransposed, class SA, class SB>
+__device__ inline Runs LocateRuns(SA& sA, SB& sB) {
+  const auto address = [](const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); };
+  Runs runs{};
+#pragma unroll
+  for (int i = 0; i < kXRuns; ++i) {
+    const int c = threadIdx.x + kThreads * i, r = c / (kTileK / kChunk);
+    runs.x[i] = address(&sA(r, kChunk * (c % (kTileK / kChunk)), 0));
+  }
+#pragma unroll
+  for (int i = 0; i < kWRuns; ++i) {
+    const int c = threadIdx.x + kThreads * i;
+    runs.w[i] = kTransposed ? address(&sB(c / (kTileK / kChunk), kChunk * (c % (kTileK / kChunk)), 0))
+                            : address(&sB(kChunk * (c % (kTileN / kChunk)), c / (kTileN / kChunk), 0));
+  }
+  return runs;
+}
+
+// Converts the step at k0 from `raw` into bf16 at `runs` plus the buffer's offsets (each thread
+// the chunks it copied; x rows whose results are not kept, not copied either, are skipped:
+// their accumulators are never read); returns whether any of this thread's values needs the exact path.
+template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs>
+__device__ inline bool StoreStep(const RawStep& raw, int64_t k0, const Runs& runs, const Sources& src,
+                                 uint32_t a_offset, uint32_t b_offset) {
   const int t = threadIdx.x;
   bool slow = false;
-  {
-    const int r = t / 2, k = 32 * (t % 2);
-    slow |= StoreUniform<kLhs>(l.x[0], l.x_scale, &sA(r, k), &sA(r, k + 8));
-    slow |= StoreUniform<kLhs>(l.x[1], l.x_scale, &sA(r, k + 16), &sA(r, k + 24));
+#pragma unroll
+  for (int i = 0; i < kXRuns; ++i) {
+    if ((src.inside >> (Sources::kXRun + i) & 1u) == 0) continue;
+    const int c = t + kThreads * i, r = c / (kTileK / kChunk), k = kChunk * (c % (kTileK / kChunk));
+    const uint4 codes = *reinterpret_cast<const uint4*>(raw.x + kChunk * c);
+    slow |= StoreUniform<kLhs>(codes, StepScale(raw.x_scales[r], k0, k / 32), runs.x[i] + a_offset);
   }
   if constexpr (kTransposed) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
-      slow |= StoreUniform<kRhs>(l.w[c], (l.w_scales[0].x >> (8 * (c / 2))) & 0xFFu,
-                                 &sB(t, kChunk * c), &sB(t, kChunk * c + 8));
+    for (int i = 0; i < kWRuns; ++i) {
+      const int c = t + kThreads * i, n = c / (kTileK / kChunk), k = kChunk * (c % (kTileK / kChunk));
+      const uint4 codes = *reinterpret_cast<const uint4*>(raw.w + kChunk * c);
+      const uint32_t word = reinterpret_cast<const uint32_t*>(raw.w_scales)[n];
+      slow |= StoreUniform<kRhs>(codes, StepScale(word, k0, k / 32), runs.w[i] + b_offset);
+    }
   } else {
+    // The thread's runs share 16 columns; runs 0, 1 lie in the step's first MX block of K (rows
+    // t / 8 and t / 8 + 16), runs 2, 3 in its second.
+    static_assert(kWRuns == 4 && kThreads / (kTileN / kChunk) * 2 == 32);
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int n = 64 * (t % 2) + kChunk * c;
-      slow |= StorePerCode<kRhs>(l.w[c], l.w_scales[c], &sB(n, t / 2), &sB(n + 8, t / 2));
+    for (int block = 0; block < 2; ++block) {
+      const ColumnFactors<kRhs> factors(
+          *reinterpret_cast<const uint4*>(raw.w_scales + block * kTileN + kChunk * (t % (kTileN / kChunk))));
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int i = 2 * block + j, c = t + kThreads * i;
+        const uint4 codes = *reinterpret_cast<const uint4*>(raw.w + kChunk * c);
+        slow |= StorePerCode<kRhs>(codes, factors, runs.w[i] + b_offset);
+      }
     }
   }
   return slow;
@@ -249,8 +397,8 @@ __device__ __noinline__ float ExactDot(const RaggedMProblem& p, const uint8_t* x
 
 // The step's products for this thread's accumulators by ExactDot.
 template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, class Acc, class Coords>
-__device__ void AddStepExactly(const RaggedMProblem& p, const RaggedMOperands& o,
-                               const SharedStorage& s, const uint8_t* w, const uint8_t* w_scales,
+__device__ void AddStepExactly(const RaggedMProblem& p, const RaggedMOperands& o, const Pass& pass,
+                               const int64_t* lhs_scale_offsets, const uint8_t* w, const uint8_t* w_scales,
                                int64_t n0, int64_t k0, Acc& acc, const Coords& coords) {
   const int64_t k_end = MinI64(p.k, k0 + kTileK);
   // Unrolled: the accumulators stay registers (a dynamic index would move them to the stack).
@@ -258,22 +406,22 @@ __device__ void AddStepExactly(const RaggedMProblem& p, const RaggedMOperands& o
   for (int i = 0; i < cute::size(acc); ++i) {
     const int r = cute::get<0>(coords(i));
     const int64_t n = n0 + cute::get<1>(coords(i));
-    if (r >= s.pass.rows || n >= p.n || s.lhs_scale_offsets[r] < 0) continue;
-    acc(i) += ExactDot<kTransposed, kLhs, kRhs>(p, o.lhs + (s.pass.row_begin + r) * p.k,
-                                                o.lhs_scales + s.lhs_scale_offsets[r], w, w_scales,
+    if (r >= pass.rows || n >= p.n || lhs_scale_offsets[r] < 0) continue;
+    acc(i) += ExactDot<kTransposed, kLhs, kRhs>(p, o.lhs + (pass.row_begin + r) * p.k,
+                                                o.lhs_scales + lhs_scale_offsets[r], w, w_scales,
                                                 n, k0, k_end);
   }
 }
 
-template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
-__device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, SharedStorage& s, int64_t n0) {
-  using L = Layouts<kTransposed>;
+template <class P, bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
+__device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, SharedStorage<P>& s, int64_t n0) {
+  using L = Layouts<kTransposed, P::kBuffers>;
   using namespace cute;
   Tensor sA = make_tensor(make_smem_ptr(reinterpret_cast<bfloat16_t*>(s.a)), typename L::SmemA{});
   Tensor sB = make_tensor(make_smem_ptr(reinterpret_cast<bfloat16_t*>(s.b)), typename L::SmemB{});
   auto mma = make_tiled_mma(typename L::MmaAtom{});
   auto thr = mma.get_slice(threadIdx.x);
-  Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));
+  Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));  // (mma, m, k, buffer)
   Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
   Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<kTileM>, Int<kTileN>>{}));
   Tensor acc = partition_fragment_C(mma, Shape<Int<kTileM>, Int<kTileN>>{});
@@ -281,25 +429,38 @@ __device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, Share
 
   const uint8_t* w = o.rhs + s.pass.group * p.k * p.n;
   const uint8_t* w_scales = o.rhs_scales + s.pass.group * mxfp8::RhsGroupScaleBytes(p);
-  StepLoads loads;
-  LoadStep<kTransposed>(p, o, s, w, w_scales, n0, 0, loads);
-  for (int64_t k0 = 0; k0 < p.k; k0 += kTileK) {
-    warpgroup_wait<0>();  // the previous step's wgmma is done reading shared memory
-    __syncthreads();
-    const bool slow = StoreStep<kTransposed, kLhs, kRhs>(loads, sA, sB);
+  const Runs runs = LocateRuns<kTransposed>(sA, sB);
+  // Byte offsets of buffer 1 from buffer 0 (the layouts' outermost mode).
+  const uint32_t a_stride = static_cast<uint32_t>(sizeof(s.a[0])), b_stride = static_cast<uint32_t>(sizeof(s.b[0]));
+  const int64_t steps = CeilDiv(p.k, kTileK);
+  const Sources sources = LocateSources<kTransposed>(p, o, s.pass, s.lhs_scale_offsets, w, w_scales, n0);
+  const auto issue = [&](int64_t step) {
+    if (step < steps) IssueStep<kTransposed>(p, sources, o.rhs, step * kTileK, s.raw[step % P::kStages]);
+    cutlass::arch::cp_async_fence();  // a group per step, empty past the end: waits count steps
+  };
+  for (int step = 0; step < P::kStages - 1; ++step) issue(step);
+  for (int64_t step = 0; step < steps; ++step) {
+    const int buf = static_cast<int>(step % P::kBuffers);
+    cutlass::arch::cp_async_wait<P::kStages - 2>();  // this thread's copies of the step landed
+    warpgroup_wait<P::kBuffers - 1>();  // the wgmma that last read buffer `buf` is done
+    __syncthreads();  // everyone's copies landed; the previous step's raw stage is free
+    issue(step + P::kStages - 1);
+    const bool slow = StoreStep<kTransposed, kLhs, kRhs>(s.raw[step % P::kStages], step * kTileK, runs,
+                                                         sources, buf * a_stride, buf * b_stride);
     cutlass::arch::fence_view_async_shared();  // the stores, visible to wgmma
-    const bool any_slow = __syncthreads_or(slow);
-    if (k0 + kTileK < p.k) LoadStep<kTransposed>(p, o, s, w, w_scales, n0, k0 + kTileK, loads);
-    if (!any_slow) {
+    if (!__syncthreads_or(slow)) {
       warpgroup_fence_operand(acc);
       warpgroup_arrive();
-      gemm(mma, tCrA, tCrB, acc);
+      gemm(mma, tCrA(_, _, _, buf), tCrB(_, _, _, buf), acc);
       warpgroup_commit_batch();
     } else {
+      warpgroup_wait<0>();
       warpgroup_fence_operand(acc);
-      AddStepExactly<kTransposed, kLhs, kRhs>(p, o, s, w, w_scales, n0, k0, acc, coords);
+      AddStepExactly<kTransposed, kLhs, kRhs>(p, o, s.pass, s.lhs_scale_offsets, w, w_scales, n0,
+                                              step * kTileK, acc, coords);
     }
   }
+  cutlass::arch::cp_async_wait<0>();  // (only empty groups are left) before `s` is reused
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);
 
@@ -314,11 +475,14 @@ __device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, Share
   }
 }
 
-template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
-__global__ void __launch_bounds__(kThreads, 3) Mxfp8RaggedMWgmmaKernel(RaggedMProblem p,
-                                                                      RaggedMOperands o, int64_t slots) {
+template <class P, bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
+__global__ void __launch_bounds__(kThreads, P::kMinBlocks) Mxfp8RaggedMWgmmaKernel(RaggedMProblem p,
+                                                                                 RaggedMOperands o, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __shared__ SharedStorage s;
+  extern __shared__ uint8_t shared_bytes[];
+  const uint32_t misalignment = static_cast<uint32_t>(__cvta_generic_to_shared(shared_bytes)) % kSharedAlignment;
+  SharedStorage<P>& s = *reinterpret_cast<SharedStorage<P>*>(
+      shared_bytes + (kSharedAlignment - misalignment) % kSharedAlignment);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
   for (int64_t slot = blockIdx.y; slot < slots; slot += gridDim.y) {
     __syncthreads();  // the previous slot is done with `s`
@@ -336,25 +500,32 @@ __global__ void __launch_bounds__(kThreads, 3) Mxfp8RaggedMWgmmaKernel(RaggedMPr
     if (s.pass.tail) {
       mxfp8_ragged_m::ZeroRows<O>(p, o.out, s.pass, n0, kTileN);
     } else {
-      RunTile<kTransposed, kLhs, kRhs, O>(p, o, s, n0);
+      RunTile<P, kTransposed, kLhs, kRhs, O>(p, o, s, n0);
     }
   }
 #endif
 }
 
-template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
+template <class P, bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
 cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream_t stream) {
+  const auto kernel = Mxfp8RaggedMWgmmaKernel<P, kTransposed, kLhs, kRhs, O>;
+  constexpr int kSharedBytes = sizeof(SharedStorage<P>) + kSharedAlignment;  // + alignment slack
+  static std::atomic<uint64_t> opted_in{0};
+  DeviceInfo gpu{};
+  cudaError_t e = QueryDevice(&gpu);
+  if (e == cudaSuccess) e = AllowSharedBytes(kernel, kSharedBytes, gpu.device, opted_in);
+  if (e != cudaSuccess) return e;
   const int64_t slots = mxfp8::MaxSumOfTiles(p.rows, p.num_groups, kTileM) + 1;
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, kTileN)),
                   static_cast<unsigned>(MinI64(kMaxGridY, slots)));
-  Mxfp8RaggedMWgmmaKernel<kTransposed, kLhs, kRhs, O><<<grid, kThreads, 0, stream>>>(p, o, slots);
+  kernel<<<grid, kThreads, kSharedBytes, stream>>>(p, o, slots);
   return cudaGetLastError();
 }
 
 struct WgmmaKernel {
   template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
   static cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream_t stream) {
-    return cuda::Launch<kTransposed, kLhs, kRhs, O>(p, o, stream);
+    return cuda::Launch<DefaultPipeline, kTransposed, kLhs, kRhs, O>(p, o, stream);
   }
 };
 
@@ -363,8 +534,12 @@ bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 }  // namespace
 
 bool Mxfp8RaggedMWgmmaFits(const RaggedMProblem& p, const RaggedMOperands& o, int major) {
-  return major == 9 && p.k % 32 == 0 && p.n % kChunk == 0 && Aligned16(o.lhs) &&
-         Aligned16(o.rhs) && Aligned16(o.rhs_scales);
+  // Scale words: a step's two scales of a row share an aligned word (IssueStep), the
+  // forward's scale rows are 16-byte chunks.
+  const bool scale_rows_align = mxfp8::LhsScaleRowBytes(p) % 4 == 0 &&
+                                mxfp8::RhsScaleRowBytes(p) % (p.rhs_transposed ? 4 : kChunk) == 0;
+  return major == 9 && p.k % 32 == 0 && p.n % kChunk == 0 && scale_rows_align && Aligned16(o.lhs) &&
+         Aligned16(o.lhs_scales) && Aligned16(o.rhs) && Aligned16(o.rhs_scales);
 }
 
 cudaError_t LaunchMxfp8RaggedMWgmma(const RaggedMProblem& p, const RaggedMOperands& o,
