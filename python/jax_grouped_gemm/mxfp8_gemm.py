@@ -164,8 +164,8 @@ def _dequantize_backend(problem: MXFP8GemmProblem) -> jax.Array:
 # Groups averaging at most this many rows take the fused kernels (on Hopper: up to 16 the mma
 # kernel on the fp8 codes, above that the wgmma kernel dequantizing on load). Measured on an
 # H100 (PERFORMANCE.md, twelfth session, decode dims): at 128 rows per group both GEMMs beat
-# the dequantize backend (forward 0.71 against 0.88 ms, dgrad 0.68 against 0.88), at 256
-# neither does (1.24 against 1.00); larger groups run the dequantize backend's BF16 tensor
+# the dequantize backend (forward 0.73 against 0.88 ms, dgrad 0.68 against 0.87), at 256
+# neither does (1.26 against 0.97); larger groups run the dequantize backend's BF16 tensor
 # cores.
 FUSED_MAX_ROWS_PER_GROUP = 128
 # The fused wgrad does rows_g f32 multiply-adds per element of the [G, K, N] result on the
