@@ -27,8 +27,8 @@ DeviceInfo CurrentDevice() {
 // runtime cannot say: then one CTA per job). Host queries only (no stream work), so the launch
 // stays capturable in command buffers. Cached per device and CTA width in the kernel's own
 // `cache` (0: not asked yet): the queries cost microseconds, as much as a small call's kernel.
-constexpr int kDevices = kMaxDevices, kWidths = kMaxThreads / 32;
-using ResidentCache = std::atomic<int64_t>[kDevices][kWidths];
+constexpr int kWidths = kMaxThreads / 32;
+using ResidentCache = std::atomic<int64_t>[kMaxDevices][kWidths];
 
 template <typename Kernel>
 int64_t ResidentCtas(Kernel kernel, int threads, int shared_bytes, const DeviceInfo& gpu,
@@ -36,7 +36,7 @@ int64_t ResidentCtas(Kernel kernel, int threads, int shared_bytes, const DeviceI
   const int device = gpu.device;
   if (device < 0) return 0;
   const int width = threads / 32 - 1;
-  const bool cached = device < kDevices && width >= 0 && width < kWidths;
+  const bool cached = device < kMaxDevices && width >= 0 && width < kWidths;
   if (cached) {
     const int64_t known = cache[device][width].load(std::memory_order_relaxed);
     if (known > 0) return known;

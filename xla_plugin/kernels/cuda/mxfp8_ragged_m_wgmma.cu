@@ -149,17 +149,16 @@ __device__ inline bool StorePerCode(const uint4& codes, const ColumnFactors<kFor
 }
 
 // The wgmma operands: x tile (64 rows, K-major) and weight tile (128 columns; forward N-major
-// as the weights are stored, dgrad K-major), both with the 128-byte swizzle, kBuffers of each.
-template <bool kTransposed, int kBuffers>
+// as the weights are stored, dgrad K-major), both with the 128-byte swizzle.
+template <bool kTransposed>
 struct Layouts {
   using MmaAtom = cute::SM90_64x128x16_F32BF16BF16_SS<
       cute::GMMA::Major::K, kTransposed ? cute::GMMA::Major::K : cute::GMMA::Major::MN>;
-  using Buffers = cute::Int<kBuffers>;
   using SmemA = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<cute::bfloat16_t>{},
-                                             cute::Shape<cute::Int<kTileM>, cute::Int<kTileK>, Buffers>{}));
+                                             cute::Shape<cute::Int<kTileM>, cute::Int<kTileK>>{}));
   using AtomB = std::conditional_t<kTransposed, cute::GMMA::Layout_K_SW128_Atom<cute::bfloat16_t>,
                                    cute::GMMA::Layout_MN_SW128_Atom<cute::bfloat16_t>>;
-  using SmemB = decltype(cute::tile_to_shape(AtomB{}, cute::Shape<cute::Int<kTileN>, cute::Int<kTileK>, Buffers>{}));
+  using SmemB = decltype(cute::tile_to_shape(AtomB{}, cute::Shape<cute::Int<kTileN>, cute::Int<kTileK>>{}));
 };
 
 // One step's operands as they are in memory, copied in by cp.async kStages - 1 steps ahead.
@@ -173,25 +172,20 @@ struct RawStep {
   alignas(16) uint8_t w_scales[4 * kTileN];
 };
 
-// kStages raw steps in the ring (kStages - 1 in flight while one is converted), kBuffers bf16
-// tiles (2: a step's conversion overlaps the block's previous wgmma), kMinBlocks per SM (the
-// shared memory and registers they allow). The block is latency-bound (4 warps, dependent
-// conversion chains), so warps per SM count most: on an H100 (PERFORMANCE.md, twelfth
-// session) 3 stages, 1 buffer, 3 blocks (65 KB, 155-168 registers) ran the 32-rows-per-group
-// forward in 0.285 ms, against 0.328 for 4 stages, 2 buffers, 2 blocks and 0.378 for 2 stages,
-// 1 buffer, 4 blocks (whose 128 registers spill).
-template <int kStages_, int kBuffers_, int kMinBlocks_>
-struct Pipeline {
-  static constexpr int kStages = kStages_, kBuffers = kBuffers_, kMinBlocks = kMinBlocks_;
-  static_assert(kStages >= 2 && kBuffers >= 1);
-};
-using DefaultPipeline = Pipeline<3, 1, 3>;
+// kStages raw steps in the ring (kStages - 1 in flight while one is converted), one bf16 tile
+// of each operand, kBlocksPerSm (the shared memory and registers that allows). The block is
+// latency-bound (4 warps, dependent conversion chains), so warps per SM count most: on an H100
+// (PERFORMANCE.md, twelfth session) 3 stages, 3 blocks (65 KB, 155-168 registers) ran the
+// 32-rows-per-group forward in 0.285 ms, against 0.328 for 4 stages, two bf16 tiles each (a
+// step's conversion overlapping the block's previous wgmma), 2 blocks, and 0.378 for 2 stages,
+// 4 blocks (whose 128 registers spill).
+constexpr int kStages = 3;
+constexpr int kBlocksPerSm = 3;
 
-template <class P>
 struct SharedStorage {
-  alignas(1024) __nv_bfloat16 a[P::kBuffers][kTileM * kTileK];
-  alignas(1024) __nv_bfloat16 b[P::kBuffers][kTileN * kTileK];
-  RawStep raw[P::kStages];
+  alignas(1024) __nv_bfloat16 a[kTileM * kTileK];
+  alignas(1024) __nv_bfloat16 b[kTileN * kTileK];
+  RawStep raw[kStages];
   int64_t lhs_scale_offsets[kTileM];
   Pass pass;
   bool has_work;
@@ -226,7 +220,7 @@ struct Sources {
   const uint8_t* x_scales;  // row t's scale word (t < 64)
   const uint8_t* w;         // run 0's codes
   const uint8_t* w_scales;  // dgrad: column t's scale word; forward: chunk t of two scale rows
-  uint32_t inside;          // bits: kXRun + i (x run i), kWRun + i (w run i), kScale (x), kWScale
+  uint32_t inside;          // bits: kXRun + i (x run i), kWRun + i (w run i), kXScale, kWScale
   static constexpr int kXRun = 0, kWRun = 8, kXScale = 16, kWScale = 17;
 };
 
@@ -307,8 +301,8 @@ __device__ inline void IssueStep(const RaggedMProblem& p, const Sources& src, co
   }
 }
 
-// Shared addresses, in buffer 0, of this thread's runs of 16 bf16 values in the tiles (run c of
-// a tile is the raw chunk c).
+// Shared addresses of this thread's runs of 16 bf16 values in the tiles (run c of a tile is the
+// raw chunk c).
 struct Runs {
   uint32_t x[kXRuns];
   uint32_t w[kWRuns];
@@ -320,54 +314,53 @@ __device__ inline Runs LocateRuns(SA& sA, SB& sB) {
   Runs runs{};
 #pragma unroll
   for (int i = 0; i < kXRuns; ++i) {
-    const int c = threadIdx.x + kThreads * i, r = c / (kTileK / kChunk);
-    runs.x[i] = address(&sA(r, kChunk * (c % (kTileK / kChunk)), 0));
+    const int c = threadIdx.x + kThreads * i;
+    runs.x[i] = address(&sA(c / kRunsPerRow, kChunk * (c % kRunsPerRow)));
   }
 #pragma unroll
   for (int i = 0; i < kWRuns; ++i) {
     const int c = threadIdx.x + kThreads * i;
-    runs.w[i] = kTransposed ? address(&sB(c / (kTileK / kChunk), kChunk * (c % (kTileK / kChunk)), 0))
-                            : address(&sB(kChunk * (c % (kTileN / kChunk)), c / (kTileN / kChunk), 0));
+    runs.w[i] = kTransposed ? address(&sB(c / kRunsPerRow, kChunk * (c % kRunsPerRow)))
+                            : address(&sB(kChunk * (c % kRunsPerKRow), c / kRunsPerKRow));
   }
   return runs;
 }
 
-// Converts the step at k0 from `raw` into bf16 at `runs` plus the buffer's offsets (each thread
-// the chunks it copied; x rows whose results are not kept, not copied either, are skipped:
-// their accumulators are never read); returns whether any of this thread's values needs the exact path.
+// Converts the step at k0 from `raw` into bf16 at `runs` (each thread the chunks it copied; x
+// rows whose results are not kept, not copied either, are skipped: their accumulators are never
+// read); returns whether any of this thread's values needs the exact path.
 template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs>
-__device__ inline bool StoreStep(const RawStep& raw, int64_t k0, const Runs& runs, const Sources& src,
-                                 uint32_t a_offset, uint32_t b_offset) {
+__device__ inline bool StoreStep(const RawStep& raw, int64_t k0, const Runs& runs, const Sources& src) {
   const int t = threadIdx.x;
   bool slow = false;
 #pragma unroll
   for (int i = 0; i < kXRuns; ++i) {
     if ((src.inside >> (Sources::kXRun + i) & 1u) == 0) continue;
-    const int c = t + kThreads * i, r = c / (kTileK / kChunk), k = kChunk * (c % (kTileK / kChunk));
+    const int c = t + kThreads * i, r = c / kRunsPerRow, k = kChunk * (c % kRunsPerRow);
     const uint4 codes = *reinterpret_cast<const uint4*>(raw.x + kChunk * c);
-    slow |= StoreUniform<kLhs>(codes, StepScale(raw.x_scales[r], k0, k / 32), runs.x[i] + a_offset);
+    slow |= StoreUniform<kLhs>(codes, StepScale(raw.x_scales[r], k0, k / 32), runs.x[i]);
   }
   if constexpr (kTransposed) {
 #pragma unroll
     for (int i = 0; i < kWRuns; ++i) {
-      const int c = t + kThreads * i, n = c / (kTileK / kChunk), k = kChunk * (c % (kTileK / kChunk));
+      const int c = t + kThreads * i, n = c / kRunsPerRow, k = kChunk * (c % kRunsPerRow);
       const uint4 codes = *reinterpret_cast<const uint4*>(raw.w + kChunk * c);
       const uint32_t word = reinterpret_cast<const uint32_t*>(raw.w_scales)[n];
-      slow |= StoreUniform<kRhs>(codes, StepScale(word, k0, k / 32), runs.w[i] + b_offset);
+      slow |= StoreUniform<kRhs>(codes, StepScale(word, k0, k / 32), runs.w[i]);
     }
   } else {
     // The thread's runs share 16 columns; runs 0, 1 lie in the step's first MX block of K (rows
     // t / 8 and t / 8 + 16), runs 2, 3 in its second.
-    static_assert(kWRuns == 4 && kThreads / (kTileN / kChunk) * 2 == 32);
+    static_assert(kWRuns == 4 && kThreads / kRunsPerKRow * 2 == 32);
 #pragma unroll
     for (int block = 0; block < 2; ++block) {
       const ColumnFactors<kRhs> factors(
-          *reinterpret_cast<const uint4*>(raw.w_scales + block * kTileN + kChunk * (t % (kTileN / kChunk))));
+          *reinterpret_cast<const uint4*>(raw.w_scales + block * kTileN + kChunk * (t % kRunsPerKRow)));
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int i = 2 * block + j, c = t + kThreads * i;
         const uint4 codes = *reinterpret_cast<const uint4*>(raw.w + kChunk * c);
-        slow |= StorePerCode<kRhs>(codes, factors, runs.w[i] + b_offset);
+        slow |= StorePerCode<kRhs>(codes, factors, runs.w[i]);
       }
     }
   }
@@ -413,15 +406,15 @@ __device__ void AddStepExactly(const RaggedMProblem& p, const RaggedMOperands& o
   }
 }
 
-template <class P, bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
-__device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, SharedStorage<P>& s, int64_t n0) {
-  using L = Layouts<kTransposed, P::kBuffers>;
+template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
+__device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, SharedStorage& s, int64_t n0) {
+  using L = Layouts<kTransposed>;
   using namespace cute;
   Tensor sA = make_tensor(make_smem_ptr(reinterpret_cast<bfloat16_t*>(s.a)), typename L::SmemA{});
   Tensor sB = make_tensor(make_smem_ptr(reinterpret_cast<bfloat16_t*>(s.b)), typename L::SmemB{});
   auto mma = make_tiled_mma(typename L::MmaAtom{});
   auto thr = mma.get_slice(threadIdx.x);
-  Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));  // (mma, m, k, buffer)
+  Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));
   Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
   Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<kTileM>, Int<kTileN>>{}));
   Tensor acc = partition_fragment_C(mma, Shape<Int<kTileM>, Int<kTileN>>{});
@@ -430,31 +423,26 @@ __device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, Share
   const uint8_t* w = o.rhs + s.pass.group * p.k * p.n;
   const uint8_t* w_scales = o.rhs_scales + s.pass.group * mxfp8::RhsGroupScaleBytes(p);
   const Runs runs = LocateRuns<kTransposed>(sA, sB);
-  // Byte offsets of buffer 1 from buffer 0 (the layouts' outermost mode).
-  const uint32_t a_stride = static_cast<uint32_t>(sizeof(s.a[0])), b_stride = static_cast<uint32_t>(sizeof(s.b[0]));
   const int64_t steps = CeilDiv(p.k, kTileK);
   const Sources sources = LocateSources<kTransposed>(p, o, s.pass, s.lhs_scale_offsets, w, w_scales, n0);
   const auto issue = [&](int64_t step) {
-    if (step < steps) IssueStep<kTransposed>(p, sources, o.rhs, step * kTileK, s.raw[step % P::kStages]);
+    if (step < steps) IssueStep<kTransposed>(p, sources, o.rhs, step * kTileK, s.raw[step % kStages]);
     cutlass::arch::cp_async_fence();  // a group per step, empty past the end: waits count steps
   };
-  for (int step = 0; step < P::kStages - 1; ++step) issue(step);
+  for (int step = 0; step < kStages - 1; ++step) issue(step);
   for (int64_t step = 0; step < steps; ++step) {
-    const int buf = static_cast<int>(step % P::kBuffers);
-    cutlass::arch::cp_async_wait<P::kStages - 2>();  // this thread's copies of the step landed
-    warpgroup_wait<P::kBuffers - 1>();  // the wgmma that last read buffer `buf` is done
+    cutlass::arch::cp_async_wait<kStages - 2>();  // this thread's copies of the step landed
+    warpgroup_wait<0>();  // the previous step's wgmma is done reading the bf16 tiles
     __syncthreads();  // everyone's copies landed; the previous step's raw stage is free
-    issue(step + P::kStages - 1);
-    const bool slow = StoreStep<kTransposed, kLhs, kRhs>(s.raw[step % P::kStages], step * kTileK, runs,
-                                                         sources, buf * a_stride, buf * b_stride);
+    issue(step + kStages - 1);
+    const bool slow = StoreStep<kTransposed, kLhs, kRhs>(s.raw[step % kStages], step * kTileK, runs, sources);
     cutlass::arch::fence_view_async_shared();  // the stores, visible to wgmma
     if (!__syncthreads_or(slow)) {
       warpgroup_fence_operand(acc);
       warpgroup_arrive();
-      gemm(mma, tCrA(_, _, _, buf), tCrB(_, _, _, buf), acc);
+      gemm(mma, tCrA, tCrB, acc);
       warpgroup_commit_batch();
     } else {
-      warpgroup_wait<0>();
       warpgroup_fence_operand(acc);
       AddStepExactly<kTransposed, kLhs, kRhs>(p, o, s.pass, s.lhs_scale_offsets, w, w_scales, n0,
                                               step * kTileK, acc, coords);
@@ -475,13 +463,13 @@ __device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, Share
   }
 }
 
-template <class P, bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
-__global__ void __launch_bounds__(kThreads, P::kMinBlocks) Mxfp8RaggedMWgmmaKernel(RaggedMProblem p,
-                                                                                 RaggedMOperands o, int64_t slots) {
+template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) Mxfp8RaggedMWgmmaKernel(RaggedMProblem p,
+                                                                                RaggedMOperands o, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_bytes[];
   const uint32_t misalignment = static_cast<uint32_t>(__cvta_generic_to_shared(shared_bytes)) % kSharedAlignment;
-  SharedStorage<P>& s = *reinterpret_cast<SharedStorage<P>*>(
+  SharedStorage& s = *reinterpret_cast<SharedStorage*>(
       shared_bytes + (kSharedAlignment - misalignment) % kSharedAlignment);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
   for (int64_t slot = blockIdx.y; slot < slots; slot += gridDim.y) {
@@ -500,16 +488,16 @@ __global__ void __launch_bounds__(kThreads, P::kMinBlocks) Mxfp8RaggedMWgmmaKern
     if (s.pass.tail) {
       mxfp8_ragged_m::ZeroRows<O>(p, o.out, s.pass, n0, kTileN);
     } else {
-      RunTile<P, kTransposed, kLhs, kRhs, O>(p, o, s, n0);
+      RunTile<kTransposed, kLhs, kRhs, O>(p, o, s, n0);
     }
   }
 #endif
 }
 
-template <class P, bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
+template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
 cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream_t stream) {
-  const auto kernel = Mxfp8RaggedMWgmmaKernel<P, kTransposed, kLhs, kRhs, O>;
-  constexpr int kSharedBytes = sizeof(SharedStorage<P>) + kSharedAlignment;  // + alignment slack
+  const auto kernel = Mxfp8RaggedMWgmmaKernel<kTransposed, kLhs, kRhs, O>;
+  constexpr int kSharedBytes = sizeof(SharedStorage) + kSharedAlignment;  // + alignment slack
   static std::atomic<uint64_t> opted_in{0};
   DeviceInfo gpu{};
   cudaError_t e = QueryDevice(&gpu);
@@ -525,7 +513,7 @@ cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream
 struct WgmmaKernel {
   template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
   static cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream_t stream) {
-    return cuda::Launch<DefaultPipeline, kTransposed, kLhs, kRhs, O>(p, o, stream);
+    return cuda::Launch<kTransposed, kLhs, kRhs, O>(p, o, stream);
   }
 };
 
