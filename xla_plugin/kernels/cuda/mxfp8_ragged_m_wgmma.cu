@@ -202,7 +202,7 @@ __device__ inline void CopyAsync(void* dst, const void* src, bool valid) {
 }
 
 // Byte of a scale word holding the step's MX block `block` (0, 1) of K at k0.
-__device__ inline uint32_t StepScale(uint32_t word, int64_t k0, int block) {
+__device__ inline uint32_t StepScale(uint32_t word, int k0, int block) {
   return (word >> (8 * ((k0 / 32) % 4 + block))) & 0xFFu;
 }
 
@@ -210,16 +210,36 @@ constexpr int kXRuns = kTileM * kTileK / kChunk / kThreads;  // 16-code runs per
 constexpr int kWRuns = kTileN * kTileK / kChunk / kThreads;
 constexpr int kRunsPerRow = kTileK / kChunk;                  // x and dgrad's weights: K-major
 constexpr int kRunsPerKRow = kTileN / kChunk;                 // the forward's weights: N-major
+constexpr int kForwardRunKRows = 8;  // K rows between a thread's runs of the forward's weights
 
-// Where this thread's copies come from at step 0, read once per tile (the pass lives in shared
-// memory, which the compiler reloads after every barrier). Thread t's chunks of a tile are
-// c = t + 128 i (consecutive threads, consecutive bytes), so its runs are 32 rows (x, dgrad's
-// weights) or 16 K rows (the forward's weights) apart.
+// The raw chunk (16 codes) that thread t copies and converts as its weight run i. Dgrad's
+// weights (as x): chunk t + kThreads i, consecutive threads on consecutive bytes, so the runs
+// are 32 rows apart. The forward's weights ([k][n], kRunsPerKRow chunks per K row): the
+// thread's four runs are K rows 8 apart in MX block t / 64 of the step, under the same 16
+// columns, so one set of column factors serves all four (StoreStep).
+template <bool kTransposed>
+__device__ inline int WeightChunk(int t, int i) {
+  if constexpr (kTransposed) {
+    return t + kThreads * i;
+  } else {
+    static_assert(kWRuns * kForwardRunKRows == 32 && kThreads == 2 * kForwardRunKRows * kRunsPerKRow);
+    const int k_row = 32 * (t / (kThreads / 2)) + (t / kRunsPerKRow) % kForwardRunKRows + kForwardRunKRows * i;
+    return k_row * kRunsPerKRow + t % kRunsPerKRow;
+  }
+}
+
+// Where this thread's copies come from, located once per tile (the pass lives in shared
+// memory, which the compiler reloads after every barrier): run i's codes of the step at k0
+// are at x + i * x_run_stride + k0 and w + i * w_run_stride + k0 * w_k_stride (32-bit
+// offsets: Mxfp8RaggedMWgmmaFits bounds them).
 struct Sources {
-  const uint8_t* x;         // run 0's codes: row t / 4, K 16 (t % 4)
+  const uint8_t* x;         // x run 0 at step 0: row t / 4, K 16 (t % 4)
   const uint8_t* x_scales;  // row t's scale word (t < 64)
-  const uint8_t* w;         // run 0's codes
+  const uint8_t* w;         // weight run 0 at step 0
   const uint8_t* w_scales;  // dgrad: column t's scale word; forward: chunk t of two scale rows
+  uint32_t x_run_stride;    // 32 rows
+  uint32_t w_run_stride;    // dgrad: 32 rows; forward: kForwardRunKRows K rows
+  uint32_t w_k_stride;      // dgrad: 1; forward: N
   uint32_t inside;          // bits: kXRun + i (x run i), kWRun + i (w run i), kXScale, kWScale
   static constexpr int kXRun = 0, kWRun = 8, kXScale = 16, kWScale = 17;
 };
@@ -231,6 +251,7 @@ __device__ inline Sources LocateSources(const RaggedMProblem& p, const RaggedMOp
   const int t = threadIdx.x;
   Sources src{};
   src.x = o.lhs + (pass.row_begin + t / kRunsPerRow) * p.k + kChunk * (t % kRunsPerRow);
+  src.x_run_stride = static_cast<uint32_t>(kThreads / kRunsPerRow * p.k);
 #pragma unroll
   for (int i = 0; i < kXRuns; ++i) {
     const int r = (t + kThreads * i) / kRunsPerRow;
@@ -243,6 +264,8 @@ __device__ inline Sources LocateSources(const RaggedMProblem& p, const RaggedMOp
   const int64_t row_bytes = mxfp8::RhsScaleRowBytes(p);
   if constexpr (kTransposed) {
     src.w = w + (n0 + t / kRunsPerRow) * p.k + kChunk * (t % kRunsPerRow);
+    src.w_run_stride = static_cast<uint32_t>(kThreads / kRunsPerRow * p.k);
+    src.w_k_stride = 1;
 #pragma unroll
     for (int i = 0; i < kWRuns; ++i)
       if (n0 + (t + kThreads * i) / kRunsPerRow < p.n) src.inside |= 1u << (Sources::kWRun + i);
@@ -250,7 +273,9 @@ __device__ inline Sources LocateSources(const RaggedMProblem& p, const RaggedMOp
     if (n0 + t < p.n) src.inside |= 1u << Sources::kWScale;
   } else {
     const int64_t n = n0 + kChunk * (t % kRunsPerKRow);
-    src.w = w + (t / kRunsPerKRow) * p.n + n;
+    src.w = w + WeightChunk<false>(t, 0) / kRunsPerKRow * p.n + n;
+    src.w_run_stride = static_cast<uint32_t>(kForwardRunKRows * p.n);
+    src.w_k_stride = static_cast<uint32_t>(p.n);
     if (n < p.n) src.inside |= ((1u << kWRuns) - 1) << Sources::kWRun;
     src.w_scales = w_scales + (t / kRunsPerKRow) * row_bytes + n;  // used by t < 16: scale rows 0, 1
     if (n < p.n && t < 2 * kRunsPerKRow) src.inside |= 1u << Sources::kWScale;
@@ -263,41 +288,35 @@ __device__ inline Sources LocateSources(const RaggedMProblem& p, const RaggedMOp
 // scale word (scale rows are padded to 4 bytes, a step starts at an even MX block).
 template <bool kTransposed>
 __device__ inline void IssueStep(const RaggedMProblem& p, const Sources& src, const uint8_t* fallback,
-                                 int64_t k0, RawStep& raw) {
+                                 int k0, RawStep& raw) {
   const int t = threadIdx.x;
+  const int k = static_cast<int>(p.k);
   const auto inside = [&](int bit) { return (src.inside >> bit & 1u) != 0; };
-  const bool k_inside = k0 + kChunk * (t % kRunsPerRow) < p.k;  // x's and dgrad's runs
+  const bool k_inside = k0 + kChunk * (t % kRunsPerRow) < k;  // x's and dgrad's runs
 #pragma unroll
   for (int i = 0; i < kXRuns; ++i) {
     const bool in = inside(Sources::kXRun + i) && k_inside;
-    CopyAsync<16>(raw.x + kChunk * (t + kThreads * i),
-                  in ? src.x + i * (kThreads / kRunsPerRow) * p.k + k0 : fallback, in);
+    CopyAsync<16>(raw.x + kChunk * (t + kThreads * i), in ? src.x + (i * src.x_run_stride + k0) : fallback, in);
   }
   if (t < kTileM) {
     const bool in = inside(Sources::kXScale);
     CopyAsync<4>(&raw.x_scales[t], in ? src.x_scales + k0 / 128 * 4 : fallback, in);
   }
-  if constexpr (kTransposed) {
+  const uint32_t w_step = static_cast<uint32_t>(k0) * src.w_k_stride;
 #pragma unroll
-    for (int i = 0; i < kWRuns; ++i) {
-      const bool in = inside(Sources::kWRun + i) && k_inside;
-      CopyAsync<16>(raw.w + kChunk * (t + kThreads * i),
-                    in ? src.w + i * (kThreads / kRunsPerRow) * p.k + k0 : fallback, in);
-    }
+  for (int i = 0; i < kWRuns; ++i) {
+    const int c = WeightChunk<kTransposed>(t, i);
+    const bool k_in = kTransposed ? k_inside : k0 + c / kRunsPerKRow < k;
+    const bool in = inside(Sources::kWRun + i) && k_in;
+    CopyAsync<16>(raw.w + kChunk * c, in ? src.w + (i * src.w_run_stride + w_step) : fallback, in);
+  }
+  if constexpr (kTransposed) {
     const bool in = inside(Sources::kWScale);
     CopyAsync<4>(raw.w_scales + 4 * t, in ? src.w_scales + k0 / 128 * 4 : fallback, in);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kWRuns; ++i) {
-      const int64_t k = k0 + (t + kThreads * i) / kRunsPerKRow;
-      const bool in = inside(Sources::kWRun + i) && k < p.k;
-      CopyAsync<16>(raw.w + kChunk * (t + kThreads * i), in ? src.w + (k - t / kRunsPerKRow) * p.n : fallback, in);
-    }
-    if (t < 2 * kRunsPerKRow) {
-      const bool in = inside(Sources::kWScale) && k0 + 32 * (t / kRunsPerKRow) < p.k;
-      CopyAsync<16>(raw.w_scales + kChunk * t,
-                    in ? src.w_scales + (k0 / 32) * mxfp8::RhsScaleRowBytes(p) : fallback, in);
-    }
+  } else if (t < 2 * kRunsPerKRow) {
+    const bool in = inside(Sources::kWScale) && k0 + 32 * (t / kRunsPerKRow) < k;
+    const uint32_t row_bytes = static_cast<uint32_t>(mxfp8::RhsScaleRowBytes(p));
+    CopyAsync<16>(raw.w_scales + kChunk * t, in ? src.w_scales + k0 / 32 * row_bytes : fallback, in);
   }
 }
 
@@ -319,7 +338,7 @@ __device__ inline Runs LocateRuns(SA& sA, SB& sB) {
   }
 #pragma unroll
   for (int i = 0; i < kWRuns; ++i) {
-    const int c = threadIdx.x + kThreads * i;
+    const int c = WeightChunk<kTransposed>(threadIdx.x, i);
     runs.w[i] = kTransposed ? address(&sB(c / kRunsPerRow, kChunk * (c % kRunsPerRow)))
                             : address(&sB(kChunk * (c % kRunsPerKRow), c / kRunsPerKRow));
   }
@@ -330,7 +349,7 @@ __device__ inline Runs LocateRuns(SA& sA, SB& sB) {
 // rows whose results are not kept, not copied either, are skipped: their accumulators are never
 // read); returns whether any of this thread's values needs the exact path.
 template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs>
-__device__ inline bool StoreStep(const RawStep& raw, int64_t k0, const Runs& runs, const Sources& src) {
+__device__ inline bool StoreStep(const RawStep& raw, int k0, const Runs& runs, const Sources& src) {
   const int t = threadIdx.x;
   bool slow = false;
 #pragma unroll
@@ -349,19 +368,14 @@ __device__ inline bool StoreStep(const RawStep& raw, int64_t k0, const Runs& run
       slow |= StoreUniform<kRhs>(codes, StepScale(word, k0, k / 32), runs.w[i]);
     }
   } else {
-    // The thread's runs share 16 columns; runs 0, 1 lie in the step's first MX block of K (rows
-    // t / 8 and t / 8 + 16), runs 2, 3 in its second.
-    static_assert(kWRuns == 4 && kThreads / kRunsPerKRow * 2 == 32);
+    // The thread's runs share 16 columns and the step's MX block t / 64 (WeightChunk).
+    const int block = t / (kThreads / 2);
+    const ColumnFactors<kRhs> factors(
+        *reinterpret_cast<const uint4*>(raw.w_scales + block * kTileN + kChunk * (t % kRunsPerKRow)));
 #pragma unroll
-    for (int block = 0; block < 2; ++block) {
-      const ColumnFactors<kRhs> factors(
-          *reinterpret_cast<const uint4*>(raw.w_scales + block * kTileN + kChunk * (t % kRunsPerKRow)));
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int i = 2 * block + j, c = t + kThreads * i;
-        const uint4 codes = *reinterpret_cast<const uint4*>(raw.w + kChunk * c);
-        slow |= StorePerCode<kRhs>(codes, factors, runs.w[i]);
-      }
+    for (int i = 0; i < kWRuns; ++i) {
+      const uint4 codes = *reinterpret_cast<const uint4*>(raw.w + kChunk * WeightChunk<false>(t, i));
+      slow |= StorePerCode<kRhs>(codes, factors, runs.w[i]);
     }
   }
   return slow;
@@ -423,19 +437,22 @@ __device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, Share
   const uint8_t* w = o.rhs + s.pass.group * p.k * p.n;
   const uint8_t* w_scales = o.rhs_scales + s.pass.group * mxfp8::RhsGroupScaleBytes(p);
   const Runs runs = LocateRuns<kTransposed>(sA, sB);
-  const int64_t steps = CeilDiv(p.k, kTileK);
+  const int steps = static_cast<int>(CeilDiv(p.k, kTileK));
   const Sources sources = LocateSources<kTransposed>(p, o, s.pass, s.lhs_scale_offsets, w, w_scales, n0);
-  const auto issue = [&](int64_t step) {
-    if (step < steps) IssueStep<kTransposed>(p, sources, o.rhs, step * kTileK, s.raw[step % kStages]);
+  const auto next_stage = [](int stage) { return stage + 1 == kStages ? 0 : stage + 1; };
+  int issue_stage = 0, stage = 0;  // step % kStages of the next step to issue, to convert
+  const auto issue = [&](int step) {
+    if (step < steps) IssueStep<kTransposed>(p, sources, o.rhs, step * kTileK, s.raw[issue_stage]);
+    issue_stage = next_stage(issue_stage);
     cutlass::arch::cp_async_fence();  // a group per step, empty past the end: waits count steps
   };
   for (int step = 0; step < kStages - 1; ++step) issue(step);
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int step = 0; step < steps; ++step, stage = next_stage(stage)) {
     cutlass::arch::cp_async_wait<kStages - 2>();  // this thread's copies of the step landed
     warpgroup_wait<0>();  // the previous step's wgmma is done reading the bf16 tiles
     __syncthreads();  // everyone's copies landed; the previous step's raw stage is free
     issue(step + kStages - 1);
-    const bool slow = StoreStep<kTransposed, kLhs, kRhs>(s.raw[step % kStages], step * kTileK, runs, sources);
+    const bool slow = StoreStep<kTransposed, kLhs, kRhs>(s.raw[stage], step * kTileK, runs, sources);
     cutlass::arch::fence_view_async_shared();  // the stores, visible to wgmma
     if (!__syncthreads_or(slow)) {
       warpgroup_fence_operand(acc);
@@ -526,7 +543,10 @@ bool Mxfp8RaggedMWgmmaFits(const RaggedMProblem& p, const RaggedMOperands& o, in
   // forward's scale rows are 16-byte chunks.
   const bool scale_rows_align = mxfp8::LhsScaleRowBytes(p) % 4 == 0 &&
                                 mxfp8::RhsScaleRowBytes(p) % (p.rhs_transposed ? 4 : kChunk) == 0;
-  return major == 9 && p.k % 32 == 0 && p.n % kChunk == 0 && scale_rows_align && Aligned16(o.lhs) &&
+  // Sources' 32-bit offsets: x and dgrad's weights 32 * K * runs + K, the forward's weights
+  // (K + kTileK) * N within a group.
+  const bool offsets_fit = p.k <= (int64_t{1} << 24) && (p.k + kTileK) * p.n <= int64_t{0xFFFFFFFF};
+  return major == 9 && p.k % 32 == 0 && p.n % kChunk == 0 && scale_rows_align && offsets_fit && Aligned16(o.lhs) &&
          Aligned16(o.lhs_scales) && Aligned16(o.rhs) && Aligned16(o.rhs_scales);
 }
 
