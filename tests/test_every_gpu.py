@@ -22,8 +22,12 @@ def _outputs(device, x, w, sizes):
   outs = _on(device, x, sizes, rowwise=True, colwise=True)
   x, w, sizes = (jax.device_put(jnp.asarray(a), device) for a in (x, w, sizes))
   outs["ragged_dot_bf16"] = jgg.ragged_dot(x, w, sizes)
-  outs["ragged_dot_mxfp8"] = mxfp8.ragged_dot(outs["q"], mxfp8.quantize(w, colwise=True,
-                                                                        rowwise=False), sizes)
+  w_colwise = mxfp8.quantize(w, colwise=True, rowwise=False)
+  outs["ragged_dot_mxfp8"] = mxfp8.ragged_dot(outs["q"], w_colwise, sizes)
+  # 64 rows per group: the fused wgmma kernel (its shared-memory opt-in is per device).
+  tens_of_rows = jnp.full((len(sizes),), 64, jnp.int32)
+  outs["ragged_dot_mxfp8_tens_of_rows"] = mxfp8.ragged_dot(
+      mxfp8.quantize(x[: 64 * len(sizes)]), w_colwise, jax.device_put(tens_of_rows, device))
   return [(jax.tree_util.keystr(path), _bytes(a))
           for path, a in jax.tree_util.tree_leaves_with_path(outs)]
 

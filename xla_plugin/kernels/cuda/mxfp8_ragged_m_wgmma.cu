@@ -178,7 +178,10 @@ struct RawStep {
 // (PERFORMANCE.md, twelfth session) 3 stages, 3 blocks (65 KB, 155-168 registers) ran the
 // 32-rows-per-group forward in 0.285 ms, against 0.328 for 4 stages, two bf16 tiles each (a
 // step's conversion overlapping the block's previous wgmma), 2 blocks, and 0.378 for 2 stages,
-// 4 blocks (whose 128 registers spill).
+// 4 blocks (whose 128 registers spill). Blocks of two warpgroups computing 128 rows (each
+// converted weight tile serving twice the rows; 2 blocks per SM at 128 registers) were slower
+// at every size, 0.366 against 0.288 ms at 32 rows and 0.732 against 0.711 at 128 (thirteenth
+// session): fewer, longer-latency blocks, not fewer conversions, decide.
 constexpr int kStages = 3;
 constexpr int kBlocksPerSm = 3;
 
