@@ -38,7 +38,7 @@ dimension numbers, result dtype) from static facts only:
   * "fused_few_rows": the forward and dgrad of groups averaging at most
     FUSED_MAX_ROWS_PER_GROUP rows (decode, small experts), where the GEMM is a
     stream of the weights. One custom call (MXFP8_RAGGED_M_TARGET, attribute
-    rhs_transposed for dgrad's W read rowwise in place): on CUDA, up to 16 rows
+    rhs_transposed for dgrad's W read rowwise in place): on CUDA, up to 8 rows
     per group on average, a kernel that reads the fp8 weights and their scales
     once per 8 group rows and multiplies their codes on tensor cores, each
     32-block's sum scaled once; above that on Hopper (K a multiple of 32, N of
@@ -161,7 +161,7 @@ def _dequantize_backend(problem: MXFP8GemmProblem) -> jax.Array:
       preferred_element_type=problem.out_dtype, group_offset=problem.group_offset)
 
 
-# Groups averaging at most this many rows take the fused kernels (on Hopper: up to 16 the mma
+# Groups averaging at most this many rows take the fused kernels (on Hopper: up to 8 the mma
 # kernel on the fp8 codes, above that the wgmma kernel dequantizing on load). Measured on an
 # H100 (PERFORMANCE.md, twelfth session, decode dims): at 128 rows per group both GEMMs beat
 # the dequantize backend (forward 0.73 against 0.88 ms, dgrad 0.68 against 0.87), at 256

@@ -576,7 +576,10 @@ bool Aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr
 
 // Groups averaging more rows than this take the wgmma kernel where it fits: it reads each
 // weight once per 64 rows, this kernel once per 8 (or 32 for dgrad) but with less padding.
-constexpr int64_t kWgmmaMinRowsPerGroup = 16;
+// H100, decode dims (PERFORMANCE.md, thirteenth session): at 12 rows per group the wgmma
+// kernel ran 1.32x / 1.28x BF16 (forward / dgrad) against this kernel's 1.25x / 1.19x, at 16
+// 1.29x / 1.25x against 1.02x / 1.01x; at 8 this kernel's 1.55x / 1.43x wins.
+constexpr int64_t kWgmmaMinRowsPerGroup = 8;
 
 // JGG_MXFP8_RAGGED_M_KERNEL=mma or =wgmma forces one kernel where it fits (measurements).
 const char* ForcedKernel() {
