@@ -14,7 +14,8 @@ namespace jgg::cuda {
 
 // Whether the wgmma kernel takes this call on a GPU of compute capability major `major`:
 // Hopper (sm_90a code), K a multiple of 32 and N of 16 (whole MX blocks and 16-byte weight
-// chunks), operands and scales 16-byte aligned.
+// chunks), operands and scales 16-byte aligned, scale rows padded to whole scale words, and K
+// and a group's K x N small enough for the kernel's 32-bit copy offsets.
 bool Mxfp8RaggedMWgmmaFits(const mxfp8::RaggedMProblem& problem,
                            const mxfp8::RaggedMOperands& operands, int major);
 
