@@ -215,6 +215,17 @@ constexpr int kRunsPerRow = kTileK / kChunk;                  // x and dgrad's w
 constexpr int kRunsPerKRow = kTileN / kChunk;                 // the forward's weights: N-major
 constexpr int kForwardRunKRows = 8;  // K rows between a thread's runs of the forward's weights
 
+// The 16 columns (as a chunk of a K row) of thread t's runs of the forward's weights, and the
+// K row of its first run. A quarter warp's 8 threads store 16-byte chunks together (one
+// st.shared.v4 each): threads j and j + 4 hold chunks 2j' (+1) of K rows 2b and 2b + 1 of the
+// same 64-column swizzle atom, which the swizzle (chunk ^ K row % 8) puts in 8 different bank
+// groups. (Threads j and j + 4 on the same K row, in the two atoms, would collide pairwise:
+// twice the store wavefronts, measured.) A warp still copies 4 whole 128-byte K rows.
+__device__ inline int ForwardColumnChunk(int t) { return t % 4 + 4 * ((t / 8) % 2); }
+__device__ inline int ForwardFirstKRow(int t) {
+  return 32 * (t / (kThreads / 2)) + 2 * ((t / 16) % 4) + (t / 4) % 2;
+}
+
 // The raw chunk (16 codes) that thread t copies and converts as its weight run i. Dgrad's
 // weights (as x): chunk t + kThreads i, consecutive threads on consecutive bytes, so the runs
 // are 32 rows apart. The forward's weights ([k][n], kRunsPerKRow chunks per K row): the
@@ -226,8 +237,7 @@ __device__ inline int WeightChunk(int t, int i) {
     return t + kThreads * i;
   } else {
     static_assert(kWRuns * kForwardRunKRows == 32 && kThreads == 2 * kForwardRunKRows * kRunsPerKRow);
-    const int k_row = 32 * (t / (kThreads / 2)) + (t / kRunsPerKRow) % kForwardRunKRows + kForwardRunKRows * i;
-    return k_row * kRunsPerKRow + t % kRunsPerKRow;
+    return (ForwardFirstKRow(t) + kForwardRunKRows * i) * kRunsPerKRow + ForwardColumnChunk(t);
   }
 }
 
@@ -275,13 +285,15 @@ __device__ inline Sources LocateSources(const RaggedMProblem& p, const RaggedMOp
     src.w_scales = w_scales + (n0 + t) * row_bytes;
     if (n0 + t < p.n) src.inside |= 1u << Sources::kWScale;
   } else {
-    const int64_t n = n0 + kChunk * (t % kRunsPerKRow);
-    src.w = w + WeightChunk<false>(t, 0) / kRunsPerKRow * p.n + n;
+    const int64_t n = n0 + kChunk * ForwardColumnChunk(t);
+    src.w = w + ForwardFirstKRow(t) * p.n + n;
     src.w_run_stride = static_cast<uint32_t>(kForwardRunKRows * p.n);
     src.w_k_stride = static_cast<uint32_t>(p.n);
     if (n < p.n) src.inside |= ((1u << kWRuns) - 1) << Sources::kWRun;
-    src.w_scales = w_scales + (t / kRunsPerKRow) * row_bytes + n;  // used by t < 16: scale rows 0, 1
-    if (n < p.n && t < 2 * kRunsPerKRow) src.inside |= 1u << Sources::kWScale;
+    // Threads t < 16 copy chunk t % 8 of scale row t / 8 (the step's two MX blocks).
+    const int64_t scale_n = n0 + kChunk * (t % kRunsPerKRow);
+    src.w_scales = w_scales + (t / kRunsPerKRow) * row_bytes + scale_n;
+    if (scale_n < p.n && t < 2 * kRunsPerKRow) src.inside |= 1u << Sources::kWScale;
   }
   return src;
 }
@@ -374,7 +386,7 @@ __device__ inline bool StoreStep(const RawStep& raw, int k0, const Runs& runs, c
     // The thread's runs share 16 columns and the step's MX block t / 64 (WeightChunk).
     const int block = t / (kThreads / 2);
     const ColumnFactors<kRhs> factors(
-        *reinterpret_cast<const uint4*>(raw.w_scales + block * kTileN + kChunk * (t % kRunsPerKRow)));
+        *reinterpret_cast<const uint4*>(raw.w_scales + block * kTileN + kChunk * ForwardColumnChunk(t)));
 #pragma unroll
     for (int i = 0; i < kWRuns; ++i) {
       const uint4 codes = *reinterpret_cast<const uint4*>(raw.w + kChunk * WeightChunk<false>(t, i));
