@@ -465,8 +465,7 @@ __device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, Share
   for (int step = 0; step < steps; ++step, stage = next_stage(stage)) {
     cutlass::arch::cp_async_wait<kStages - 2>();  // this thread's copies of the step landed
     warpgroup_wait<0>();  // the previous step's wgmma is done reading the bf16 tiles
-    __syncthreads();  // everyone's copies landed; the previous step's raw stage is free
-    issue(step + kStages - 1);
+    __syncthreads();  // everyone's copies of the step landed, the bf16 tiles are free
     const bool slow = StoreStep<kTransposed, kLhs, kRhs>(s.raw[stage], step * kTileK, runs, sources);
     cutlass::arch::fence_view_async_shared();  // the stores, visible to wgmma
     if (!__syncthreads_or(slow)) {
@@ -479,6 +478,9 @@ __device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, Share
       AddStepExactly<kTransposed, kLhs, kRhs>(p, o, s.pass, s.lhs_scale_offsets, w, w_scales, n0,
                                               step * kTileK, acc, coords);
     }
+    // Into the stage converted in the previous step (every thread was done reading it at this
+    // step's first barrier): issued behind the wgmma, the copies stay off the conversion's path.
+    issue(step + kStages - 1);
   }
   cutlass::arch::cp_async_wait<0>();  // (only empty groups are left) before `s` is reused
   warpgroup_wait<0>();
