@@ -38,6 +38,19 @@ __device__ inline void StoreEvictFirst(const float (&values)[kN], O* dst) {
     __stcs(reinterpret_cast<int4*>(dst) + q, reinterpret_cast<const int4*>(result)[q]);
 }
 
+// a and b converted to O (as FromFloat) and stored at dst[0], dst[1] by one store (dst aligned
+// to 2 * sizeof(O)).
+template <typename O>
+__device__ inline void StorePair(O* dst, float a, float b) {
+  if constexpr (std::is_same_v<O, float>) {
+    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+  } else if constexpr (std::is_same_v<O, __nv_bfloat16>) {
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
+  } else {
+    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
+  }
+}
+
 // Two fp8 elements (the low 16 bits of `pair`, first element lowest) as f32: exact, through
 // the hardware's fp8x2 -> f16x2 conversion (every e4m3 and e5m2 value is an f16).
 template <mxfp8::Fp8Format kFormat>

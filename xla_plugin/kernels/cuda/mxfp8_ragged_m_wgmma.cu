@@ -487,13 +487,15 @@ __device__ void RunTile(const RaggedMProblem& p, const RaggedMOperands& o, Share
   warpgroup_fence_operand(acc);
 
   O* out = static_cast<O*>(o.out);
+  // Accumulators i and i + 1 (i even) are columns n and n + 1 of one row (wgmma's C layout)
+  // with n even, and N is a multiple of 16: one store writes both.
 #pragma unroll
-  for (int i = 0; i < size(acc); ++i) {
+  for (int i = 0; i < size(acc); i += 2) {
     const int r = get<0>(coords(i));
     const int64_t n = n0 + get<1>(coords(i));
     if (r >= s.pass.rows || n >= p.n) continue;
-    // A row of no lhs group is 0 whatever the weights hold.
-    out[(s.pass.row_begin + r) * p.n + n] = FromFloat<O>(s.lhs_scale_offsets[r] >= 0 ? acc(i) : 0.0f);
+    const bool kept = s.lhs_scale_offsets[r] >= 0;  // a row of no lhs group is 0 whatever the weights hold
+    StorePair<O>(out + (s.pass.row_begin + r) * p.n + n, kept ? acc(i) : 0.0f, kept ? acc(i + 1) : 0.0f);
   }
 }
 
