@@ -59,10 +59,8 @@ constexpr int64_t kMaxGridY = 65535;
 template <Fp8Format kFormat>
 struct FastScales {
   using Exact = ExactScaling<__nv_bfloat16, kFormat>;
-  static constexpr int Max(int a, int b) { return a > b ? a : b; }
-  static constexpr int Min(int a, int b) { return a < b ? a : b; }
-  static constexpr int kLo = Max(Exact::kMinScale, 64 - Exact::kCodeMinExponent);
-  static constexpr int kHi = Min(Exact::kMaxScale, 183 - (Exact::kCodeMaxExponent + 1));
+  static constexpr int kLo = Exact::Max(Exact::kMinScale, 64 - Exact::kCodeMinExponent);
+  static constexpr int kHi = Exact::Min(Exact::kMaxScale, 183 - (Exact::kCodeMaxExponent + 1));
   static_assert(kLo < 127 && kHi > 127);
   static constexpr uint32_t kFactorOffset = Exact::kBiasGap + Exact::kOut.bias - 127;
 
