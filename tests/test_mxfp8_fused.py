@@ -47,6 +47,9 @@ CASES = {  # (M, K, N, group sizes)
     # The wgmma kernel's copy ring wrapped around (10 steps of 64 and one of 32 against 4
     # stages in flight), 2 column blocks (144: the last of 16); sum 171 < 200.
     "tens_of_rows_long_k": (200, 672, 144, [40, 0, 100, 31]),
+    # 40 groups of 0 to 127 rows: the wgmma kernel's 51 row tiles x 5 column blocks (more
+    # blocks than the GPU holds at once), 5 steps of K each; sum 1900 < 1950.
+    "many_items": (1950, 320, 528, [33, 70, 0, 64, 65, 1, 127, 20] * 5),
 }
 
 
@@ -63,6 +66,7 @@ DGRAD_CASES = {
     "large_groups": (160, 200, 136, [83, 0, 23, 33, 11, 0, 0, 0, 0, 0]),
     "tens_of_rows": (300, 272, 160, [70, 0, 150, 33, 1, 0]),  # as CASES says, contracting 160
     "tens_of_rows_long_k": (200, 144, 672, [40, 0, 100, 31]),  # as CASES says, contracting 672
+    "many_items": (1950, 528, 320, [33, 70, 0, 64, 65, 1, 127, 20] * 5),  # as CASES says
 }
 
 
@@ -224,19 +228,22 @@ def test_element_types_and_result_dtypes(gemm, lhs_fp8, w_fp8, out_dtype, case):
 
 @pytest.mark.parametrize("gemm", ["fwd", "dgrad"])
 @pytest.mark.parametrize("case", ["decode_like", "large_groups", "tens_of_rows",
-                                  "tens_of_rows_long_k"])
+                                  "tens_of_rows_long_k", "many_items"])
 def test_agrees_with_the_dequantize_backend_on_special_values(gemm, case):
   """NaN and Inf inputs, a zero block, values at the element maximum: the fused kernel's
   NaN/Inf pattern and finite values match the dequantize backend (f32 results). Blocks with
   Inf take the kernel's exact path, the others its tensor-core path (tens_of_rows_long_k: exact
-  steps before and after tensor-core ones in flight). In dgrad, the poked rows and groups lie
-  in passes of 1 and 2 row tiles (decode_like) or of 4, 2 and 1 (large_groups)."""
+  steps before and after tensor-core ones in flight; many_items: also in the last group's
+  tile). In dgrad, the poked rows and groups lie in passes of 1 and 2 row tiles (decode_like)
+  or of 4, 2 and 1 (large_groups)."""
   lhs, w, group_sizes, dims, w_colwise, sizes = _gemm_operands(gemm, seed=5, case=case)
   a = np.array(jnp.asarray(dequantized(lhs, False), jnp.float32))
   b = np.array(jnp.asarray(dequantized(w, w_colwise), jnp.float32))
   if not w_colwise:  # poke W as [G, contracted, result] either way
     b = b.transpose(0, 2, 1)
   a[1, 5], a[4, 40], a[6, -1] = np.nan, np.inf, -np.inf  # in the first K step and the last
+  if case == "many_items":
+    a[1890, 100] = np.inf  # the last group's
   b[2, 33, 7], b[0, :32, 3] = np.inf, 0.0
   b[2, 32:64, 10] = 448.0
   if not w_colwise:
