@@ -10,9 +10,11 @@
 // accumulators. The conversion's instructions and the warps that hide their latency bound the
 // kernel (not the loads: the copy ring alone changed nothing), hence the per-tile addresses
 // and factors, the pipeline shape below, and the copies issued behind each step's wgmma. Tried
-// and slower or no faster (PERFORMANCE.md, fourteenth session): TMA loads of the codes by one
-// thread (the copy instructions they save were off the block's path), results staged through
-// shared memory for 16-byte row stores (the pair stores of RunTile do as well).
+// and slower or no faster (PERFORMANCE.md, fourteenth and fifteenth sessions): TMA loads of the
+// codes by one thread (the copy instructions they save were off the block's path), results
+// staged through shared memory for 16-byte row stores (the pair stores of RunTile do as well),
+// warp specialization (converting warpgroups feeding a multiplying one through mbarriers:
+// more instructions, and each converter's proxy fence waited for its own prefetches).
 //
 // Exactness: the bf16 values are the dequantized values exactly, and so are their products
 // in f32, while every scale of the step is in FastScales' range (or its block's codes are all
