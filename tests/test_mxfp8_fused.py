@@ -44,8 +44,8 @@ CASES = {  # (M, K, N, group sizes)
     # rows (150: three), 64 of K (160: a last step of one MX block) and 128 columns (272:
     # a last block of 16); sum 254 < 300.
     "tens_of_rows": (300, 160, 272, [70, 0, 150, 33, 1, 0]),
-    # The wgmma kernel's copy ring wrapped around (10 steps of 64 and one of 32 against 4
-    # stages in flight), 2 column blocks (144: the last of 16); sum 171 < 200.
+    # The wgmma kernel's copy ring wrapped around (10 steps of 64 and one of 32 against its 3
+    # stages), 2 column blocks (144: the last of 16); sum 171 < 200.
     "tens_of_rows_long_k": (200, 672, 144, [40, 0, 100, 31]),
     # 40 groups of 0 to 127 rows: the wgmma kernel's 51 row tiles x 5 column blocks (more
     # blocks than the GPU holds at once), 5 steps of K each; sum 1900 < 1950.
