@@ -8,7 +8,7 @@
 // that fills the tiles better) and each lane 8 rows of it, all 8 loads issued before the first
 // use. 16-byte loads halve the load instructions of 8-byte strips, and a 32-element block spans
 // only 4 lanes (bf16) so a row's amax takes 2 shuffle rounds. At most 128 registers (4 CTAs per
-// SM; ptxas: 80-128, 2026-11-24), where the strips' "both" path needs 168 (3 CTAs).
+// SM; ptxas: 80-128, 2026-11-24), but for bf16 "both" (WideQuantizeCtasPerSm).
 // Colwise amax: per lane over its 8 rows, then across the 4 warps through 2 KB of shared
 // memory, so no tile is stashed and "both" converts from the same registers.
 // Loads are cp.async copies (16 or 8 bytes) into two shared-memory stages: while a CTA converts
@@ -23,6 +23,14 @@
 namespace jgg::cuda::mxfp8_kernels {
 
 constexpr int kWideMinCtasPerSm = 4;  // <= 128 registers
+
+// CTAs per SM a wide quantize kernel is built for. bf16 rowwise + colwise spills 64 bytes within
+// 128 registers; built for 3 CTAs it takes 153 and spills nothing, and ran 2-7% faster on the
+// anchor shapes (H100, 2026-11-25; f16's kernel does not spill at 4).
+template <typename In, bool kRow, bool kCol>
+constexpr int WideQuantizeCtasPerSm() {
+  return kRow && kCol && std::is_same_v<In, __nv_bfloat16> ? 3 : kWideMinCtasPerSm;
+}
 // Two stages of one 16-byte chunk per lane and row: 32 KB of dynamic shared memory.
 constexpr int kWideStageChunks = kWideRows * kWideThreads;
 constexpr int kWideStagesBytes = 2 * kWideStageChunks * 16;
@@ -308,7 +316,7 @@ __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands
 }
 
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
-__global__ void __launch_bounds__(kWideThreads, kWideMinCtasPerSm)
+__global__ void __launch_bounds__(kWideThreads, (WideQuantizeCtasPerSm<In, kRow, kCol>()))
     QuantizeWideKernel(Grid grid, mxfp8::QuantizeOperands o, bool swizzled) {
   ForEachPrefetchedJob(
       grid, o.group_sizes, o.job_counter,
