@@ -24,9 +24,9 @@ namespace jgg::cuda::mxfp8_kernels {
 
 constexpr int kWideMinCtasPerSm = 4;  // <= 128 registers
 
-// CTAs per SM a wide quantize kernel is built for. bf16 rowwise + colwise spills 64 bytes within
-// 128 registers; built for 3 CTAs it takes 153 and spills nothing, and ran 2-7% faster on the
-// anchor shapes (H100, 2026-11-25; f16's kernel does not spill at 4).
+// CTAs per SM a wide quantize kernel is built for. bf16 rowwise + colwise spills 64 bytes
+// within 128 registers; built for 3 CTAs it takes about 150 and spills nothing, and ran 2-7%
+// faster on the anchor shapes (H100, 2026-11-25; f16's kernel does not spill at 4).
 template <typename In, bool kRow, bool kCol>
 constexpr int WideQuantizeCtasPerSm() {
   return kRow && kCol && std::is_same_v<In, __nv_bfloat16> ? 3 : kWideMinCtasPerSm;
