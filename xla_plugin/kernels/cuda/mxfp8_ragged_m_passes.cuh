@@ -98,7 +98,10 @@ __device__ inline bool LocatePass(const RaggedMProblem& p, const int32_t* sizes,
 
 // Warp 0: offsets[r] for the rows r < rows of [row_begin, row_begin + rows): the byte
 // offset of that lhs row's scale row, -1 in no lhs group. A grouped lhs's groups have scale
-// matrices of 128 * ceil(rows / 128) rows, one after another (mxfp8_layout.h).
+// matrices of 128 * ceil(rows / 128) rows, one after another (mxfp8_layout.h). The lanes
+// scan the lhs groups 32 at a time up to the range's end; each group holding rows of the
+// range (usually one: the lhs is grouped as the GEMM) hands its bounds to the lanes of the
+// rows, so the work per row is a compare, not a walk over every group.
 __device__ inline void LocateLhsScaleRows(const RaggedMProblem& p, const int32_t* lhs_sizes,
                                           int64_t row_begin, int64_t rows, int64_t* offsets) {
   const int lane = threadIdx.x % 32;
@@ -106,15 +109,25 @@ __device__ inline void LocateLhsScaleRows(const RaggedMProblem& p, const int32_t
   for (int64_t r = lane; r < rows; r += 32) offsets[r] = p.lhs_grouped ? -1 : (row_begin + r) * row_bytes;
   if (!p.lhs_grouped) return;
   __syncwarp();
+  const int64_t row_end = row_begin + rows;
   int64_t rows_before = 0, scale_rows_before = 0;
-  for (int64_t base = 0; base < p.lhs_num_groups; base += 32) {
+  for (int64_t base = 0; base < p.lhs_num_groups && rows_before < row_end; base += 32) {
     const GroupRows group = NextGroupRows(lhs_sizes, p.lhs_num_groups, p.rows, base, &rows_before);
     const int64_t scale_rows = CeilDiv(group.rows, mxfp8::kScaleTileRows) * mxfp8::kScaleTileRows;
     const int64_t scale_incl = WarpInclusiveSum(scale_rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t row = row_begin + r;
-      if (row >= group.begin && row < group.begin + group.rows)
-        offsets[r] = (scale_rows_before + scale_incl - scale_rows + row - group.begin) * row_bytes;
+    const int64_t first_scale_row = scale_rows_before + scale_incl - scale_rows;
+    unsigned holding = __ballot_sync(0xffffffffu, group.rows > 0 && group.begin < row_end &&
+                                                      group.begin + group.rows > row_begin);
+    while (holding != 0) {
+      const int j = __ffs(holding) - 1;
+      holding &= holding - 1;
+      const int64_t begin = __shfl_sync(0xffffffffu, group.begin, j);
+      const int64_t end = begin + __shfl_sync(0xffffffffu, group.rows, j);
+      const int64_t scale_row = __shfl_sync(0xffffffffu, first_scale_row, j);
+      for (int64_t r = lane; r < rows; r += 32) {
+        const int64_t row = row_begin + r;
+        if (row >= begin && row < end) offsets[r] = (scale_row + row - begin) * row_bytes;
+      }
     }
     scale_rows_before += __shfl_sync(0xffffffffu, scale_incl, 31);
   }
