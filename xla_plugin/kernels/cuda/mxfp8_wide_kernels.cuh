@@ -31,6 +31,7 @@ template <typename In, bool kRow, bool kCol>
 constexpr int WideQuantizeCtasPerSm() {
   return kRow && kCol && std::is_same_v<In, __nv_bfloat16> ? 3 : kWideMinCtasPerSm;
 }
+
 // Two stages of one 16-byte chunk per lane and row: 32 KB of dynamic shared memory.
 constexpr int kWideStageChunks = kWideRows * kWideThreads;
 constexpr int kWideStagesBytes = 2 * kWideStageChunks * 16;
