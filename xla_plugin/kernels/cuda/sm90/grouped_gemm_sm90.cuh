@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -32,13 +33,15 @@ namespace jgg::cuda::sm90 {
 
 using namespace cute;  // NOLINT: CUTLASS's shape vocabulary (Shape, _128, ...)
 
-// A tile configuration is data: tile, cluster and the two schedules.
-template <class Tile, class Cluster, class Mainloop, class Epilogue>
+// A tile configuration is data: tile, cluster, the two schedules and the bytes per row of
+// the epilogue's subtiles (0: CUTLASS's choice).
+template <class Tile, class Cluster, class Mainloop, class Epilogue, int kEpiRowBytes = 0>
 struct TileConfig {
   using TileShape = Tile;
   using ClusterShape = Cluster;
   using KernelSchedule = Mainloop;
   using EpilogueSchedule = Epilogue;
+  static constexpr int kEpilogueSubtileRowBytes = kEpiRowBytes;
 };
 
 // Cooperative 128x256x64 (two consumer warpgroups share one 128x256 tile): the best
@@ -49,13 +52,20 @@ struct TileConfig {
 // rows (forward, dgrad) run without a cluster: fastest on 11 of 12 anchor rows, 1-10%
 // above 2x1 (docs/PERFORMANCE.md, 2026-11-24 third session). Wgrad's tile counts are not
 // ragged (its rows are the fixed hidden size), so it keeps 2x1's multicast.
+//
+// The epilogue stores each tile through shared memory in 128-row subtiles, two buffers
+// deep: CUTLASS's 32 columns for forward and dgrad; 128 bytes a row for wgrad (64 bf16
+// columns, 32 f32 ones), whose tiles write a whole [K, N] gradient after short
+// contractions (1-4% faster on all six large wgrad anchors in bf16; for forward and dgrad
+// neither 64 nor 128 columns gained beyond the runs' spread on more than one shape, and 128
+// lost 4% on qwen3: docs/PERFORMANCE.md, 2026-11-27).
 using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                                       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
 using Cooperative128x256Cluster2x1 =
     TileConfig<Shape<_128, _256, _64>, Shape<_2, _1, _1>,
                cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
-               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, 128>;
 
 // 64x128x128 ping-pong (two consumer warpgroups alternate tiles, so one's
 // epilogue hides behind the other's mainloop), no cluster: for groups of few
@@ -70,10 +80,13 @@ struct GroupedGemm {
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K)
   static constexpr int kAlignIn = 16 / sizeof(ElementIn);
   static constexpr int kAlignOut = 16 / sizeof(ElementOut);
+  using EpilogueTile = std::conditional_t<
+      Config::kEpilogueSubtileRowBytes == 0, cutlass::epilogue::collective::EpilogueTileAuto,
+      Shape<_128, Int<Config::kEpilogueSubtileRowBytes / static_cast<int>(sizeof(ElementOut))>>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape,
-      typename Config::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      typename Config::ClusterShape, EpilogueTile, float, float,
       void, cutlass::layout::RowMajor*, kAlignOut,  // no source operand C
       ElementOut, cutlass::layout::RowMajor*, kAlignOut, typename Config::EpilogueSchedule,
       cutlass::epilogue::fusion::LinearCombination<ElementOut, float, void, float>>::CollectiveOp;
