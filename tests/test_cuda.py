@@ -64,8 +64,8 @@ def test_captured_in_command_buffer_and_replays_with_new_group_sizes(tmp_path):
 # Shapes that take each CUDA path (see docs/ARCHITECTURE.md, "CUDA kernels"), bf16.
 _PATH_CASES = {
     "large_groups_tensor_cores": (1024, 64, 256, [300, 0, 500, 224]),
-    # Last row tiles of 64 rows or fewer go to the 64-row launch (sm90::RowSplit): exactly 64,
-    # 65 (stays), 128 (none), 129 (a 1-row tail), 0, a tail behind two full tiles; sum < M.
+    # Groups ending in last row tiles of every kind: exactly 64 rows, 65, 128 (no tail), 129
+    # (a 1-row tail), 0, 192 (a 64-row tail behind a full tile), 300 (44 rows behind two); sum < M.
     "large_groups_row_tails": (1200, 64, 256, [64, 65, 128, 129, 0, 192, 300]),
     "few_rows_per_group_small_tile": (96, 64, 128, [5, 0, 30, 1, 20, 40]),
     "very_few_rows_per_group": (40, 32, 64, [3, 0, 8, 1, 6, 2, 9, 4, 0, 7]),
