@@ -65,7 +65,7 @@ using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
 using Cooperative128x256Cluster2x1 =
     TileConfig<Shape<_128, _256, _64>, Shape<_2, _1, _1>,
                cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
-               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, 128>;
+               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, /*kEpiRowBytes=*/128>;
 
 // 64x128x128 ping-pong (two consumer warpgroups alternate tiles, so one's
 // epilogue hides behind the other's mainloop), no cluster: for groups of few
