@@ -9,10 +9,12 @@ stand-in for torch; the loop check against a loop XLA hoists. One GPU smoke
 test runs every competitor on the device.
 """
 
+import dataclasses
 import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +101,24 @@ def test_plan_round_trips_and_slow_competitors_get_fewer_runs():
   assert wp.runs_within_budget(plan, 0.01) == 20  # 20 x 10 ms fits the 2 s budget
   assert wp.runs_within_budget(plan, 0.5) == 4
   assert wp.runs_within_budget(plan, 30.0) == 3  # never fewer than min_runs
+
+
+def test_warm_up_runs_until_its_time_is_up_and_not_at_all_when_zero():
+  plan = wp.Plan(shapes=[], passes=[], competitors=[], warmup_seconds=0.05)
+  assert wp.Plan.from_json(plan.to_json()).warmup_seconds == 0.05
+  runs = []
+
+  def run_and_wait():
+    runs.append(time.perf_counter())
+    time.sleep(0.01)
+
+  start = time.perf_counter()
+  wp.sustain(plan, run_and_wait)
+  assert time.perf_counter() - start >= 0.05  # ran until the time was up ...
+  assert len(runs) >= 2 and runs[-1] - start < 0.05  # ... and started no run after it
+  runs.clear()
+  wp.sustain(dataclasses.replace(plan, warmup_seconds=0.0), run_and_wait)
+  assert runs == []
 
 
 FAKE_WORKER = """

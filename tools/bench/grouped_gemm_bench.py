@@ -13,7 +13,10 @@ budget each), the rest compiling and starting workers. --pallas-configs 5
 widens the Pallas sweep; --shapes and --passes narrow the run. TFLOP/s count 2 * sum(group_sizes)
 * K * N per pass; the dense ceiling of a row is the faster of jnp.dot and
 torch.mm on the same FLOPs and layouts, the bandwidth ceiling the faster of
-two large device copies (bytes read + written).
+two large device copies (bytes read + written). Each measurement first runs
+back to back for --warmup-seconds (1.5 by default), so every competitor is timed
+at the sustained clock of the GPU's power limit, not in the faster first second
+after an idle spell (the default run grew by about that much per measurement).
 
 The competitors run in worker processes, torch's first, then JAX's, one at a
 time (each gets the whole GPU memory and frees it on exit). A worker that
@@ -48,6 +51,9 @@ MAX_WORKER_RESTARTS = 6
 # known failure mode of grouped GEMMs with empty groups); JAX's get --task-timeout.
 TORCH_TIMEOUT_SECONDS = 90.0
 POLL_SECONDS = 0.5
+# Each measurement's warm-up (worker_protocol.Plan.warmup_seconds): the H100's clock
+# settles at its power limit about a second into a large GEMM's back-to-back runs.
+DEFAULT_WARMUP_SECONDS = 1.5
 
 
 def main(argv=None):
@@ -65,6 +71,7 @@ def main(argv=None):
       pallas_configs=args.pallas_configs,
       calls=args.calls,
       runs=args.runs,
+      warmup_seconds=args.warmup_seconds,
       task_timeout_s=args.task_timeout,
       command=command)
   print(markdown)
@@ -72,8 +79,8 @@ def main(argv=None):
 
 def run_benchmark(shapes, passes=shapes_lib.PASSES, competitors=wp.COMPETITORS,
                   out_dir="bench_results", quick=False, check=False, copy_gib=4.0,
-                  pallas_configs=None, calls=None, runs=None, task_timeout_s=300.0, command="",
-                  python=sys.executable) -> str:
+                  pallas_configs=None, calls=None, runs=None, warmup_seconds=None,
+                  task_timeout_s=300.0, command="", python=sys.executable) -> str:
   """Runs the workers, writes results.json / results.md / chart.png; returns the Markdown."""
   out_dir = Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
@@ -81,7 +88,9 @@ def run_benchmark(shapes, passes=shapes_lib.PASSES, competitors=wp.COMPETITORS,
       shapes=list(shapes), passes=list(passes), competitors=list(competitors),
       calls=calls or (2 if quick else 10), runs=runs or (3 if quick else 20),
       min_runs=3 if not quick else 2, check=check, copy_bytes=int(copy_gib * (1 << 30)),
-      pallas_configs=pallas_configs or (1 if quick else 3))
+      pallas_configs=pallas_configs or (1 if quick else 3),
+      warmup_seconds=(0.0 if quick else DEFAULT_WARMUP_SECONDS) if warmup_seconds is None
+      else warmup_seconds)
   started = datetime.datetime.now(datetime.timezone.utc)
   results, devices, markdown = {}, [], ""
   for framework in WORKERS:
@@ -229,11 +238,17 @@ def _parse_args(argv):
                            "--quick 1)")
   parser.add_argument("--calls", type=int, default=None, help="calls per timed run (default 10)")
   parser.add_argument("--runs", type=int, default=None, help="timed runs (default 20)")
+  parser.add_argument("--warmup-seconds", type=float, default=None,
+                      help=f"seconds each measurement runs back to back before it is timed "
+                           f"(default {DEFAULT_WARMUP_SECONDS:g}, --quick 0; 0 times the "
+                           "first second after an idle spell, above the sustained rate)")
   parser.add_argument("--task-timeout", type=float, default=300.0,
                       help="seconds without progress before a worker is taken as hung")
   args = parser.parse_args(argv)
   if (args.calls or 10) < 1 or (args.runs or 20) < 1:
     parser.error("--calls and --runs must be positive")
+  if args.warmup_seconds is not None and args.warmup_seconds < 0:
+    parser.error("--warmup-seconds must not be negative")
   return args
 
 

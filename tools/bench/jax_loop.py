@@ -66,6 +66,14 @@ class LoopTimer:
     one_loop = time.perf_counter() - start
     repeat = max(1, math.ceil(wp.MIN_RUN_SECONDS / max(one_loop, 1e-9)))
     wanted = wp.runs_within_budget(self.plan, one_loop * repeat)
+
+    def run_and_wait():
+      nonlocal carry
+      for _ in range(repeat):
+        carry = run(carry)
+      jax.block_until_ready(carry)
+
+    wp.sustain(self.plan, run_and_wait)
     per_call = []
     while len(per_call) < wanted:
       start = time.perf_counter()

@@ -38,7 +38,8 @@ def build(plan: wp.Plan, results: dict, devices: list, command: str = "", starte
           "command": command,
           "devices": {d["framework"]: d["device"] for d in devices},
           "versions": {k: v for d in devices for k, v in d.get("versions", {}).items()},
-          "calls_per_run": plan.calls, "runs": plan.runs, "wall_seconds": wall_seconds,
+          "calls_per_run": plan.calls, "runs": plan.runs,
+          "warmup_seconds": plan.warmup_seconds, "wall_seconds": wall_seconds,
           "competitors": plan.competitors,
       },
       "ceilings": {"copy_bytes_per_second": copy_bw,
@@ -158,8 +159,12 @@ def _heading(summary) -> str:
            f"- Command: `{meta['command']}`" if meta["command"] else None,
            f"- Method: median over {meta['runs']} timed runs of >= {meta['calls_per_run']} "
            "calls (JAX: jitted loops of calls, enqueued back to back; torch: CUDA events "
-           "around the calls); "
-           "bf16 operands and outputs, f32 accumulation, random normal data.",
+           "around the calls), "
+           + (f"after {meta['warmup_seconds']:g} s of the same runs back to back (the "
+              "power-limited sustained rate); " if meta.get("warmup_seconds") else
+              "with no warm-up (rates from an idle GPU's first second, above the sustained "
+              "power-limited rate of large GEMMs); ")
+           + "bf16 operands and outputs, f32 accumulation, random normal data.",
            f"- Copy ceiling (bytes read + written): {copy or 'not measured'}."]
   if meta.get("wall_seconds") is not None:
     parts.append(f"- Wall time of the run: {meta['wall_seconds']:.0f} s.")

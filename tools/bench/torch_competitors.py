@@ -108,6 +108,7 @@ class EventTimer:
     one_run = self._time(call, self.plan.calls)
     calls = self.plan.calls * max(1, math.ceil(wp.MIN_RUN_SECONDS / max(one_run, 1e-9)))
     wanted = wp.runs_within_budget(self.plan, one_run * calls / self.plan.calls)
+    wp.sustain(self.plan, lambda: self._time(call, calls))
     per_call = [self._time(call, calls) / calls for _ in range(wanted)]
     return wp.timing_fields(per_call, calls)
 

@@ -70,6 +70,12 @@ class Plan:
   check: bool = False
   copy_bytes: int = 4 << 30
   pallas_configs: int = 3
+  # Seconds each measurement runs back to back before its timed runs. Large GEMMs hold the
+  # GPU at its power limit, and for about a second after an idle spell the clock runs
+  # higher than the limit sustains (docs/PERFORMANCE.md, 2026-11-27 nineteenth session);
+  # timing after the warm-up measures every competitor at the sustained rate of a training
+  # step instead of wherever in that transient its runs happen to fall. 0: no warm-up.
+  warmup_seconds: float = 0.0
   skip: list[str] = dataclasses.field(default_factory=list)
 
   def to_json(self) -> str:
@@ -145,6 +151,13 @@ def timing_fields(per_call_seconds: list[float], calls: int) -> dict:
       "runs": len(per_call_seconds),
       "calls": calls,
   }
+
+
+def sustain(plan: Plan, run_and_wait) -> None:
+  """Calls run_and_wait() (one timed run's work, waited for) until plan.warmup_seconds pass."""
+  deadline = time.perf_counter() + plan.warmup_seconds
+  while time.perf_counter() < deadline:
+    run_and_wait()
 
 
 def runs_within_budget(plan: Plan, first_run_seconds: float) -> int:
