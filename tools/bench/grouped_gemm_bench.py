@@ -51,9 +51,6 @@ MAX_WORKER_RESTARTS = 6
 # known failure mode of grouped GEMMs with empty groups); JAX's get --task-timeout.
 TORCH_TIMEOUT_SECONDS = 90.0
 POLL_SECONDS = 0.5
-# Each measurement's warm-up (worker_protocol.Plan.warmup_seconds): the H100's clock
-# settles at its power limit about a second into a large GEMM's back-to-back runs.
-DEFAULT_WARMUP_SECONDS = 1.5
 
 
 def main(argv=None):
@@ -89,7 +86,7 @@ def run_benchmark(shapes, passes=shapes_lib.PASSES, competitors=wp.COMPETITORS,
       calls=calls or (2 if quick else 10), runs=runs or (3 if quick else 20),
       min_runs=3 if not quick else 2, check=check, copy_bytes=int(copy_gib * (1 << 30)),
       pallas_configs=pallas_configs or (1 if quick else 3),
-      warmup_seconds=(0.0 if quick else DEFAULT_WARMUP_SECONDS) if warmup_seconds is None
+      warmup_seconds=(0.0 if quick else wp.DEFAULT_WARMUP_SECONDS) if warmup_seconds is None
       else warmup_seconds)
   started = datetime.datetime.now(datetime.timezone.utc)
   results, devices, markdown = {}, [], ""
@@ -240,7 +237,7 @@ def _parse_args(argv):
   parser.add_argument("--runs", type=int, default=None, help="timed runs (default 20)")
   parser.add_argument("--warmup-seconds", type=float, default=None,
                       help=f"seconds each measurement runs back to back before it is timed "
-                           f"(default {DEFAULT_WARMUP_SECONDS:g}, --quick 0; 0 times the "
+                           f"(default {wp.DEFAULT_WARMUP_SECONDS:g}, --quick 0; 0 times the "
                            "first second after an idle spell, above the sustained rate)")
   parser.add_argument("--task-timeout", type=float, default=300.0,
                       help="seconds without progress before a worker is taken as hung")

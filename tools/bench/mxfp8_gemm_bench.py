@@ -21,7 +21,8 @@ passes).
 check_rel_err: ||MXFP8 - BF16 GEMM of the dequantized operands|| / ||the latter||, on the
 full output (0 by construction on the dequantize path; f32-accumulation level on the fused
 one). Timing: jax_loop.LoopTimer (jitted fori_loops of --calls calls, the compiled loop
-read for hoisted work and copies, --runs >= 20 timed runs, the median). Writes
+read for hoisted work and copies, --runs >= 20 timed runs, the median, each measurement
+after --warmup-seconds of the same loops back to back: the sustained clock). Writes
 mxfp8_gemm_bench.json and mxfp8_gemm_bench.md to --out.
 """
 
@@ -110,12 +111,13 @@ def _check_rel_err(pass_name, lhs, rhs, group_sizes, out) -> float:
   return float(rel_err(lhs, rhs, group_sizes, out))
 
 
-def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print) -> dict:
+def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print,
+        warmup_seconds: float = 0.0) -> dict:
   import jax
   import jax.numpy as jnp
 
   plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=calls, runs=runs, min_runs=runs,
-                 run_budget_s=float("inf"))
+                 run_budget_s=float("inf"), warmup_seconds=warmup_seconds)
   timer = jax_loop.LoopTimer(plan)
   device = jax.devices()[0]
   log(PATH_NOTE)
@@ -158,7 +160,7 @@ def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print) -> dict:
           f"{record['target_speedup']:.1f}x)  check {check:.1e}")
   operands_of.clear()
   result = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
-            "note": PATH_NOTE, "calls": calls, "runs": runs,
+            "note": PATH_NOTE, "calls": calls, "runs": runs, "warmup_seconds": warmup_seconds,
             "records": records}
   table = markdown(result)
   wp.save_results(out_dir, "mxfp8_gemm_bench", result, table)
@@ -170,7 +172,8 @@ def markdown(result: dict) -> str:
   timed = [r for r in result["records"] if "error" not in r]
   met = sum(r["meets_target"] for r in timed)
   lines = [f"MXFP8 vs BF16 grouped GEMM, {result['device']}, jax {result['jax']}; median of "
-           f"{result['runs']} runs of {result['calls']} calls.", "", result["note"], "",
+           f"{result['runs']} runs of {result['calls']} calls, each measurement after "
+           f"{result.get('warmup_seconds', 0):g} s of warm-up.", "", result["note"], "",
            f"Targets met: {met} of {len(timed)} timed entries"
            f"{'' if len(timed) == len(result['records']) else ' (some entries failed)'}.", "",
            "| shape | M, K, N, G | pass | bound | backend | BF16 ms | MXFP8 ms | BF16 TFLOP/s | "
@@ -201,13 +204,18 @@ def main(argv=None):
                       help="comma-separated passes (default: fwd,dgrad,wgrad)")
   parser.add_argument("--calls", type=int, default=10, help="calls per timed run (>= 10)")
   parser.add_argument("--runs", type=int, default=20, help="timed runs, median reported (>= 20)")
+  parser.add_argument("--warmup-seconds", type=float, default=wp.DEFAULT_WARMUP_SECONDS,
+                      help="seconds each measurement runs back to back before it is timed, so "
+                           "both sides run at the sustained power-limited clock (default "
+                           f"{wp.DEFAULT_WARMUP_SECONDS:g})")
   args = parser.parse_args(argv)
   names = None if args.shapes is None else [s for s in args.shapes.split(",") if s]
   passes = [p for p in args.passes.split(",") if p]
   unknown = [p for p in passes if p not in shapes_lib.PASSES]
   if unknown:
     parser.error(f"--passes: unknown {unknown}; known: {', '.join(shapes_lib.PASSES)}")
-  run(shapes_lib.by_name(names), passes, args.out, args.calls, args.runs)
+  run(shapes_lib.by_name(names), passes, args.out, args.calls, args.runs,
+      warmup_seconds=args.warmup_seconds)
 
 
 if __name__ == "__main__":

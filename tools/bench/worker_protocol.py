@@ -35,6 +35,9 @@ COMPETITORS = tuple(WORKER_OF)
 # Every timed run lasts at least this long (calls are repeated to reach it), so
 # the host's dispatch, wait and first-launch latency stay well under 1% of it.
 MIN_RUN_SECONDS = 0.01
+# The GEMM benches' warm-up per measurement (Plan.warmup_seconds): the H100's clock settles
+# at its power limit about a second into a large GEMM's back-to-back runs.
+DEFAULT_WARMUP_SECONDS = 1.5
 COPY_SHAPE = "copy"  # task key shape of the bandwidth measurements (no GEMM shape)
 COPY_PASS = "-"
 # Test seam: a worker whose environment names a task key here dies (os._exit) as
