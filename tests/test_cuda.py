@@ -67,6 +67,9 @@ _PATH_CASES = {
     # Groups ending in last row tiles of every kind: exactly 64 rows, 65, 128 (no tail), 129
     # (a 1-row tail), 0, 192 (a 64-row tail behind a full tile), 300 (44 rows behind two); sum < M.
     "large_groups_row_tails": (1200, 64, 256, [64, 65, 128, 129, 0, 192, 300]),
+    # At least 2048 rows per group on average (the wide-epilogue tile): an empty group, tails
+    # of 104, 52 and 5 rows, sum < M.
+    "long_groups_wide_epilogue": (8448, 64, 256, [4200, 0, 2100, 1029]),
     "few_rows_per_group_small_tile": (96, 64, 128, [5, 0, 30, 1, 20, 40]),
     "very_few_rows_per_group": (40, 32, 64, [3, 0, 8, 1, 6, 2, 9, 4, 0, 7]),
     "sum_below_rows": (512, 128, 64, [100, 0, 37]),
@@ -146,7 +149,8 @@ _PASS_DIMS = {  # contracting dims of (lhs, rhs), rhs group dims
 
 
 @requires_gpu
-@pytest.mark.parametrize("case", ["large_groups_tensor_cores", "few_rows_per_group_small_tile"])
+@pytest.mark.parametrize("case", ["large_groups_tensor_cores", "long_groups_wide_epilogue",
+                                  "few_rows_per_group_small_tile"])
 @pytest.mark.parametrize("in_dtype, out_dtype", _TYPE_PAIRS,
                          ids=lambda t: jnp.dtype(t).name)
 def test_tensor_core_type_pairs_every_pass(case, in_dtype, out_dtype):

@@ -80,9 +80,13 @@ int WgradStreamedRows() {
 
 // Tile choice by static shape: groups averaging at most 128 rows leave most of
 // a 128-row tile empty and are bound by streaming weights, so they take the
-// 64-row ping-pong tile; larger groups the 128x256 cooperative one.
+// 64-row ping-pong tile; larger groups the 128x256 cooperative one, with wider
+// epilogue subtiles from 2048 rows per group on (grouped_gemm_sm90.cuh says why).
 bool FewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
   return rows <= 128 * num_local_groups;
+}
+bool ManyRowsPerGroup(int64_t rows, int64_t num_local_groups) {
+  return rows >= 2048 * num_local_groups;
 }
 
 sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
@@ -106,6 +110,7 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
   // describes the problems (sm90/ragged_problems_sm90.cuh).
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
   const bool small = FewRowsPerGroup(p.rows, p.num_local_groups);
+  const bool many = ManyRowsPerGroup(p.rows, p.num_local_groups);
   return DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
     constexpr ElementType kIn = decltype(in)::value, kOut = decltype(out)::value;
     using sm90::Tile;
@@ -113,6 +118,11 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
       return p.rhs_transposed
                  ? sm90::RaggedM<kIn, kOut, Tile::kPingpong64x128, true>(p, o, launch)
                  : sm90::RaggedM<kIn, kOut, Tile::kPingpong64x128, false>(p, o, launch);
+    }
+    if (many) {
+      return p.rhs_transposed
+                 ? sm90::RaggedM<kIn, kOut, Tile::kCoop128x256WideEpilogue, true>(p, o, launch)
+                 : sm90::RaggedM<kIn, kOut, Tile::kCoop128x256WideEpilogue, false>(p, o, launch);
     }
     return p.rhs_transposed
                ? sm90::RaggedM<kIn, kOut, Tile::kCoop128x256, true>(p, o, launch)

@@ -62,6 +62,16 @@ struct TileConfig {
 using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                                       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+// The same tile storing its epilogue in subtiles of 256 bytes a row (128x128 in bf16/f16,
+// 128x64 in f32): two buffers of 64 KB, which leave the mainloop 3 stages of 48 KB instead of
+// 4. Where each group has thousands of rows (mixtral's 2048), every weight tile serves many
+// row tiles from L2 and 3 stages suffice, while the epilogue runs 2 subtile rounds instead of 8:
+// forward 1-2.5% faster there; qwen3's groups of 512 rows, which stream 402 MB of weights,
+// lost 4% (docs/PERFORMANCE.md, 2026-11-27). Chosen by rows per group (ragged_dot_cuda.cu).
+using Cooperative128x256WideEpilogue =
+    TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
+               cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
+               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, /*kEpiRowBytes=*/256>;
 using Cooperative128x256Cluster2x1 =
     TileConfig<Shape<_128, _256, _64>, Shape<_2, _1, _1>,
                cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
