@@ -157,6 +157,12 @@ def _grouped_mm_call(pass_name, operands, offs):
   return lambda: torch._grouped_mm(lhs, rhs, offs=offs)
 
 
+def _dense_operands(operands, pass_name):
+  """(lhs, rhs) of torch.mm with the pass's FLOPs and operand layouts (w0: one expert)."""
+  x, dy, w0 = operands["x"], operands["dy"], operands["w0"]
+  return {FWD: (x, w0), DGRAD: (dy, w0.t()), WGRAD: (x.t(), dy)}[pass_name]
+
+
 def _time_dense_once(writer, timer, todo, pass_name, variants, operands):
   """torch.mm with the pass's FLOPs and layouts; routing does not change it: timed once."""
   import torch
@@ -165,8 +171,7 @@ def _time_dense_once(writer, timer, todo, pass_name, variants, operands):
   keys = [k for k in keys if k in todo]
   if not keys:
     return
-  x, dy, w0 = operands["x"], operands["dy"], operands["w0"]
-  lhs, rhs = {FWD: (x, w0), DGRAD: (dy, w0.t()), WGRAD: (x.t(), dy)}[pass_name]
+  lhs, rhs = _dense_operands(operands, pass_name)
   writer.start(keys[0])
   try:
     fields = timer(lambda: torch.mm(lhs, rhs))

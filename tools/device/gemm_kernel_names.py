@@ -79,9 +79,7 @@ def once(shape_name, pass_name):
   import torch
 
   t_ops = torch_competitors._random_operands(shape.dims)
-  x, dy, w0 = t_ops["x"], t_ops["dy"], t_ops["w0"]
-  lhs, rhs = {"fwd": (x, w0), "dgrad": (dy, w0.t()), "wgrad": (x.t(), dy)}[pass_name]
-  torch.mm(lhs, rhs)
+  torch.mm(*torch_competitors._dense_operands(t_ops, pass_name))
   torch.cuda.synchronize()
   return 0
 
@@ -102,8 +100,7 @@ def main(argv):
       print(f" {pass_name}")
       report("torch._grouped_mm",
              torch_kernels(torch_competitors._grouped_mm_call(pass_name, t_ops, offs)))
-      x, dy, w0 = t_ops["x"], t_ops["dy"], t_ops["w0"]
-      lhs, rhs = {"fwd": (x, w0), "dgrad": (dy, w0.t()), "wgrad": (x.t(), dy)}[pass_name]
+      lhs, rhs = torch_competitors._dense_operands(t_ops, pass_name)
       report("torch.mm", torch_kernels(lambda: torch.mm(lhs, rhs)))
       report("XLA dot", jax_kernels(jax_competitors._dense_fn(pass_name),
                                     jax_competitors._dense_operands(j_ops, pass_name)))

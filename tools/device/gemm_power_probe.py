@@ -67,8 +67,7 @@ def main(argv):
     t_ops = torch_competitors._random_operands(shape.dims)
     offs = torch.cumsum(torch.as_tensor(shape.group_sizes(), device="cuda"), 0).to(torch.int32)
     grouped = torch_competitors._grouped_mm_call(pass_name, t_ops, offs)
-    x, dy, w0 = t_ops["x"], t_ops["dy"], t_ops["w0"]
-    lhs, rhs = {"fwd": (x, w0), "dgrad": (dy, w0.t()), "wgrad": (x.t(), dy)}[pass_name]
+    lhs, rhs = torch_competitors._dense_operands(t_ops, pass_name)
 
     def torch_batch(call):
       def batch():
