@@ -54,11 +54,10 @@ struct TileConfig {
 // ragged (its rows are the fixed hidden size), so it keeps 2x1's multicast.
 //
 // The epilogue stores each tile through shared memory in 128-row subtiles, two buffers
-// deep: CUTLASS's 32 columns for forward and dgrad; 128 bytes a row for wgrad (64 bf16
-// columns, 32 f32 ones), whose tiles write a whole [K, N] gradient after short
-// contractions (1-4% faster on all six large wgrad anchors in bf16; for forward and dgrad
-// neither 64 nor 128 columns gained beyond the runs' spread on more than one shape, and 128
-// lost 4% on qwen3: docs/PERFORMANCE.md, 2026-11-27).
+// deep: CUTLASS's 32 columns for forward and dgrad (but groups of thousands of rows: the
+// wide-epilogue tile below); 128 bytes a row for wgrad (64 bf16 columns, 32 f32 ones), whose
+// tiles write a whole [K, N] gradient after short contractions (1-4% faster on all six large
+// wgrad anchors in bf16: docs/PERFORMANCE.md, 2026-11-27).
 using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                                       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
