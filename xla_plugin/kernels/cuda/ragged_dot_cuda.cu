@@ -114,19 +114,14 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
   return DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
     constexpr ElementType kIn = decltype(in)::value, kOut = decltype(out)::value;
     using sm90::Tile;
-    if (small) {
-      return p.rhs_transposed
-                 ? sm90::RaggedM<kIn, kOut, Tile::kPingpong64x128, true>(p, o, launch)
-                 : sm90::RaggedM<kIn, kOut, Tile::kPingpong64x128, false>(p, o, launch);
-    }
-    if (many) {
-      return p.rhs_transposed
-                 ? sm90::RaggedM<kIn, kOut, Tile::kCoop128x256WideEpilogue, true>(p, o, launch)
-                 : sm90::RaggedM<kIn, kOut, Tile::kCoop128x256WideEpilogue, false>(p, o, launch);
-    }
-    return p.rhs_transposed
-               ? sm90::RaggedM<kIn, kOut, Tile::kCoop128x256, true>(p, o, launch)
-               : sm90::RaggedM<kIn, kOut, Tile::kCoop128x256, false>(p, o, launch);
+    auto run = [&](auto tile) {
+      constexpr Tile kTile = decltype(tile)::value;
+      return p.rhs_transposed ? sm90::RaggedM<kIn, kOut, kTile, true>(p, o, launch)
+                              : sm90::RaggedM<kIn, kOut, kTile, false>(p, o, launch);
+    };
+    if (small) return run(std::integral_constant<Tile, Tile::kPingpong64x128>{});
+    if (many) return run(std::integral_constant<Tile, Tile::kCoop128x256WideEpilogue>{});
+    return run(std::integral_constant<Tile, Tile::kCoop128x256>{});
   });
 }
 
