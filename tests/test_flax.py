@@ -60,6 +60,7 @@ GROUP_CASES = {
     "uneven": [5, 0, 9, 3],  # an empty group, sum == rows
     "rows_past_the_sum": [2, 4, 0, 1],  # sum < rows: the rest must be 0, bias too
     "negative_and_overflowing": [-3, 8, 30, 2],  # counts as 0, clamped at the rows
+    "sum_past_int32": [5, 2**31 - 1, 2**31 - 1, 0],  # the bias rows' running sum saturates
 }
 
 

@@ -132,6 +132,22 @@ def test_experts_without_tokens_compute_nothing_and_get_zero_gradients():
     assert np.all(np.abs(g[used]).sum(axis=(1, 2)) > 0), name
 
 
+def test_an_empty_batch_gives_an_empty_result_a_zero_loss_and_zero_gradients():
+  rng = np.random.default_rng(5)
+  w = random_weights(rng, d_model=8, d_ff=16, experts=4)
+  x = jnp.zeros((0, 8), jnp.float32)
+
+  def loss(w):
+    y, aux_loss = moe.moe_block(x, w, top_k=2)
+    return jnp.sum(y) + aux_loss
+
+  y, aux_loss = jax.jit(functools.partial(moe.moe_block, top_k=2))(x, w)
+  assert y.shape == (0, 8) and float(aux_loss) == 0.0
+  grads = jax.jit(jax.grad(loss))(w)
+  for name in ("router", "gate", "up", "down"):
+    assert np.all(np.asarray(getattr(grads, name)) == 0), name
+
+
 def test_gradients_match_the_block_on_lax_ragged_dot(top_k=2):
   rng = np.random.default_rng(5 + top_k)
   w = random_weights(rng, d_model=16, d_ff=32, experts=4)

@@ -271,6 +271,24 @@ def test_wgrad_needs_blocks_that_restart_at_group_boundaries():
                              GEMMS["wgrad"])
 
 
+def test_shape_and_result_dtype_mismatches_fail_at_trace_time():
+  """MXFP8 operands go through jax.lax's shape rule at their logical shapes (as plain ones
+  do), so a mismatch fails while tracing, not in the kernel."""
+  qx = mxfp8.quantize(jnp.ones((16, 32), jnp.bfloat16))
+  sizes = jnp.array([5, 7], jnp.int32)
+  weights = lambda shape: mxfp8.quantize(jnp.ones(shape, jnp.bfloat16), colwise=True)
+  trace = lambda rhs, group_sizes=sizes, **kw: jax.eval_shape(
+      lambda: mxfp8.ragged_dot(qx, rhs, group_sizes, **kw))
+  with pytest.raises(TypeError, match="contracting dimensions to have the same shape"):
+    trace(weights((2, 64, 16)))
+  with pytest.raises(TypeError, match="expected rhs group dimension size to be 3, got 2"):
+    trace(weights((2, 32, 16)), jnp.array([5, 7, 1], jnp.int32))
+  with pytest.raises(TypeError, match="expected rhs group dimension size to be 2, got 32"):
+    trace(weights((32, 16)))
+  with pytest.raises(TypeError, match="preferred_element_type: the kernels write"):
+    trace(weights((2, 32, 16)), preferred_element_type=jnp.int8)
+
+
 def test_contracting_a_blockless_axis_is_rejected():
   _, qw, _, _ = _operands(93, LAYOUTS["tiny_groups"])
   dims = jax.lax.RaggedDotDimensionNumbers(

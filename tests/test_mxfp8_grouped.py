@@ -149,6 +149,15 @@ def test_clamping_rule(case, sizes):
     check_grouped(_quantize(xl, sizes, layout), xl, layout, sizes, jnp.float8_e4m3fn)
 
 
+def test_sizes_wider_than_int32_saturate():
+  """uint32 sizes past int32's range mean "the rest of the rows": saturated, not wrapped to
+  negative (which would count as 0)."""
+  x = _values(np.random.default_rng(6), (100, 64))
+  sizes = [7, 2**32 - 1, 0]
+  q = mxfp8.quantize(x, jnp.asarray(np.array(sizes, np.uint32)), rowwise=True, colwise=True)
+  check_grouped(q, x, "varying_first", sizes, jnp.float8_e4m3fn)
+
+
 def test_no_groups():
   x = _values(np.random.default_rng(3), (64, 64))
   q = mxfp8.quantize(x, jnp.zeros((0,), jnp.int32), colwise=True)

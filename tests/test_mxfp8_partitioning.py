@@ -186,3 +186,18 @@ def test_sharding_rule_shares_only_the_groups():
   assert rule == ("#sdy.op_sharding_rule<([i, j, k], [i, l])->([i, m, n], [i, o]) "
                   "{i=8, j=4, k=5, l=2, m=4, n=5, o=0} need_replication={j, k, l, m, n, o}, "
                   "custom>")
+
+
+def test_explicit_axes_mxfp8_product_takes_out_sharding():
+  """jgg.ragged_dot with an MXFP8 operand ends typed as out_sharding asks, as a plain one does."""
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  rng = np.random.default_rng(8)
+  x = jnp.asarray(rng.standard_normal((64, 64)), jnp.bfloat16)
+  qw = mxfp8.quantize(jnp.asarray(rng.standard_normal((4, 64, 48)), jnp.bfloat16), colwise=True)
+  sizes = jnp.array([10, 0, 30, 20], jnp.int32)
+  want = jgg.ragged_dot(x, qw, sizes)
+  with jax.set_mesh(mesh):
+    out = jax.jit(lambda a, q, s: jgg.ragged_dot(a, q, s, out_sharding=P(None, "model")))(
+        x, qw, sizes)
+    assert tuple(jax.typeof(out).sharding.spec) == (None, "model")
+  np.testing.assert_array_equal(np.asarray(out), np.asarray(want))

@@ -103,6 +103,27 @@ def test_group_offset_out_of_range_is_clamped(offset):
   _check(out, reference.ragged_m(lhs, rhs[:2], sizes, group_offset=offset))
 
 
+def test_sizes_and_offsets_wider_than_int32_saturate():
+  """Unsigned sizes past int32's range mean "all the rows" under the clamping rule, as in
+  jax.lax: they are saturated, not wrapped to negative (which would count as 0)."""
+  lhs, rhs = _operands(jax.random.PRNGKey(5), 37, 12, 20, 3, jnp.float32)
+  sizes = np.array([2**32 - 1, 0, 3], np.uint32)
+  _check(jgg.ragged_dot(lhs, rhs, jnp.asarray(sizes)),
+         reference.ragged_m(lhs, rhs, [int(s) for s in sizes]))
+  past_every_group = jnp.array([2**32 - 1], jnp.uint32)
+  out = jgg.ragged_dot(lhs, rhs[:2], jnp.array([5, 5, 5], jnp.int32),
+                       group_offset=past_every_group)
+  _check(out, reference.ragged_m(lhs, rhs[:2], [5, 5, 5], group_offset=2**32 - 1))
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.int8, jnp.bool_, jnp.float8_e4m3fn])
+def test_result_dtypes_the_kernels_cannot_write_are_refused_at_trace_time(dtype):
+  lhs, rhs = _operands(jax.random.PRNGKey(6), 8, 4, 5, 2, jnp.float32)
+  with pytest.raises(TypeError, match="preferred_element_type: the kernels write float32"):
+    jax.eval_shape(lambda a, b: jgg.ragged_dot(a, b, jnp.array([3, 5], jnp.int32),
+                                               preferred_element_type=dtype), lhs, rhs)
+
+
 def test_donated_buffers():
   # lhs [M, K] and out [M, N] match when K == N: XLA may hand lhs's buffer to out.
   lhs, rhs = _operands(jax.random.PRNGKey(5), 32, 16, 16, 2, jnp.float32)

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_grouped_gemm import partitioning
+from jax_grouped_gemm.group_sizes import group_ends
 from jax_grouped_gemm.ragged_dot import ragged_dot
 
 
@@ -99,7 +99,7 @@ def expert_parallel_mlp(x, group_sizes, w_in, w_out, *, axis_name, activation=ja
     raise TypeError(f"w_in, w_out: expected {num_groups} // {shards} local experts each, got "
                     f"{w_in.shape[0]} and {w_out.shape[0]}")
   rows = x.shape[0]
-  ends = partitioning.group_ends(group_sizes, rows)
+  ends = group_ends(group_sizes, rows)
   sizes = jnp.diff(ends, prepend=0)  # clamped: the offsets below stay in bounds
   counts = lax.all_gather(sizes, axis_name)  # [sender, expert]
   totals = counts.sum(axis=0)  # the global group sizes

@@ -39,6 +39,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 
 from jax_grouped_gemm import mxfp8_gemm
+from jax_grouped_gemm.group_sizes import checked_group_offset, to_int32
 from jax_grouped_gemm.mxfp8_gemm import DGRAD_DIMENSION_NUMBERS, WGRAD_DIMENSION_NUMBERS
 from jax_grouped_gemm.mxfp8.quantize import INPUT_DTYPES, quantize
 from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, SCALE_LAYOUTS, MXFP8Tensor
@@ -107,8 +108,8 @@ def grouped_dense(x, kernel, group_sizes, *, recipe: MXFP8Recipe | None = None,
                    kernel.shape[0], _typed_sharding(x),
                    None if prequantized else _typed_sharding(kernel))
   if group_offset is not None:
-    group_offset = jnp.asarray(group_offset).astype(jnp.int32)
-  return _mxfp8_grouped_dense(config, x, kernel, group_sizes.astype(jnp.int32), group_offset)
+    group_offset = checked_group_offset(group_offset)
+  return _mxfp8_grouped_dense(config, x, kernel, to_int32(group_sizes), group_offset)
 
 
 def _check_operands(x, kernel, group_sizes, group_offset):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Callable
 
 import jax
@@ -102,8 +103,9 @@ def load_balancing_loss(probs, experts, *, axis_name=None):
   P_e the mean router probability of e; the gradient flows through P_e.
   """
   num_experts = probs.shape[-1]
-  fraction = jnp.bincount(experts.reshape(-1), length=num_experts) / experts.size
-  mean_prob = jnp.mean(probs, axis=0)
+  # An empty batch has no assignments and no probabilities: its loss is 0, not 0 / 0.
+  fraction = jnp.bincount(experts.reshape(-1), length=num_experts) / max(experts.size, 1)
+  mean_prob = jnp.sum(probs, axis=0) / max(probs.shape[0], 1)
   if axis_name is not None:  # equal token counts per shard: the mean of means is global
     fraction = lax.pmean(fraction, axis_name)
     mean_prob = lax.pmean(mean_prob, axis_name)
@@ -131,7 +133,7 @@ def unpermute(y_sorted, permutation: Permutation, weights):
   order = permutation.order
   inverse = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype),
                                                 unique_indices=True)
-  y = jnp.take(y_sorted, inverse, axis=0).reshape(tokens, top_k, -1)
+  y = jnp.take(y_sorted, inverse, axis=0).reshape(tokens, top_k, y_sorted.shape[-1])
   # Sum the k outputs in float32 (with bf16 activations: one rounding, not k), elementwise:
   # as a dot, a GPU would be free to run it in TF32.
   combined = jnp.sum(y.astype(jnp.float32) * weights.astype(jnp.float32)[..., None], axis=1)
@@ -197,7 +199,7 @@ def moe_layer(x, weights: MoEWeights, *, top_k: int, normalize_weights: bool = T
         out_specs=(P(expert_axis, None), P()))
   else:
     block = _on_auto_axes(block, x)
-  y, aux_loss = block(x.reshape(-1, x.shape[-1]), weights)
+  y, aux_loss = block(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), weights)
   return y.reshape(x.shape), aux_loss
 
 

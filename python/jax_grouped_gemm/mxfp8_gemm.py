@@ -91,9 +91,11 @@ import os
 import numpy as np
 
 from jax_grouped_gemm import _native
+from jax_grouped_gemm.group_sizes import to_int32
 from jax_grouped_gemm.ragged_gemm_ops import vary_alike, varying_like
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import ragged_dot_general as plain_ragged_dot_general
+from jax_grouped_gemm.ragged_dot import result_aval
 from jax_grouped_gemm.mxfp8.quantize import dequantize
 from jax_grouped_gemm.mxfp8.tensor import MXFP8Tensor
 
@@ -191,13 +193,13 @@ def _fused_few_rows_backend(problem: MXFP8GemmProblem) -> jax.Array:
   rowwise . (w rowwise stack)^T read in place (dgrad, rhs_transposed), or x^T . dy, both
   colwise along the ragged token axis (wgrad)."""
   lhs, rhs = problem.lhs, problem.rhs
-  group_sizes = problem.group_sizes.astype(jnp.int32)
+  group_sizes = to_int32(problem.group_sizes)
   if problem.ragged_contracting:
     return _fused_call(
         _native.MXFP8_RAGGED_K_TARGET,
         (group_sizes.shape[0], lhs.tensor.shape[1], rhs.tensor.shape[1]), problem.out_dtype,
         (lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, group_sizes,
-         lhs.tensor.group_sizes.astype(jnp.int32), rhs.tensor.group_sizes.astype(jnp.int32)))
+         to_int32(lhs.tensor.group_sizes), to_int32(rhs.tensor.group_sizes)))
   rhs_transposed = not rhs.colwise
   n = rhs.tensor.shape[1 if rhs_transposed else 2]
   lhs_grouped = lhs.tensor.layout == "varying_first"
@@ -205,7 +207,7 @@ def _fused_few_rows_backend(problem: MXFP8GemmProblem) -> jax.Array:
   return _fused_call(
       _native.MXFP8_RAGGED_M_TARGET, (lhs.tensor.shape[0], n), problem.out_dtype,
       (lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, group_sizes,
-       lhs_group_sizes.astype(jnp.int32)),
+       to_int32(lhs_group_sizes)),
       lhs_grouped=lhs_grouped, rhs_transposed=rhs_transposed)
 
 
@@ -228,7 +230,7 @@ def _blockscaled_backend(problem: MXFP8GemmProblem) -> jax.Array:
                                    jnp.uint8)
   result, _ = jax.ffi.ffi_call(_native.MXFP8_BLOCKSCALED_TARGET, (out, workspace),
                                vmap_method="sequential")(
-      lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, problem.group_sizes.astype(jnp.int32),
+      lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, to_int32(problem.group_sizes),
       gemm=np.int32(gemm))
   return result
 
@@ -403,6 +405,11 @@ def resolve_problem(lhs, rhs, group_sizes, dims, precision=None, preferred_eleme
     out_dtype = jnp.dtype(jnp.result_type(jnp.bfloat16, *plain))
   else:
     out_dtype = jnp.dtype(preferred_element_type)
+  # Shapes and the result dtype by the plain path's rules (jax.lax's), each MXFP8 operand
+  # taken at its logical shape: a mismatch fails here, not in the kernel at run time.
+  result_aval(*(jax.ShapeDtypeStruct(tuple(x.tensor.shape), jnp.bfloat16)
+                if isinstance(x, MXFP8Operand) else x for x in operands),
+              group_sizes, dims, precision, out_dtype, group_offset is not None)
   wants_f32 = _asks_for_highest(precision) or any(d != jnp.dtype(jnp.bfloat16) for d in plain)
   compute_dtype = jnp.dtype(jnp.float32 if wants_f32 else jnp.bfloat16)
   return MXFP8GemmProblem(lhs, rhs, group_sizes, dims, precision, out_dtype, compute_dtype,

@@ -45,21 +45,12 @@ from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters.mlir import lower_with_sharding_in_types as _constrain_to_type
 
 from jax_grouped_gemm import ragged_gemm_ops as ops
+from jax_grouped_gemm.group_sizes import group_ends
 from jax_grouped_gemm.sharding_rules import (
     OpShardingSpec, ShardingPlan, dim_axes, plan_sharding, ragged_k_spec, ragged_m_spec)
 
 
 # --- device-side group boundaries -------------------------------------------------
-
-def group_ends(group_sizes, rows: int):
-  """Clamped end row of every group ([..., G] int32): negative sizes count as 0
-  and the running sum stops at `rows` (the rule of common/ragged_layout.h).
-
-  A saturating scan, so no int32 overflow whatever the sizes (rows < 2**30).
-  """
-  sizes = jnp.clip(group_sizes.astype(jnp.int32), 0, rows)
-  return lax.associative_scan(lambda a, b: jnp.minimum(a + b, rows), sizes, axis=-1)
-
 
 def local_group_sizes(group_sizes, rows: int, local_rows: int, shard_index):
   """Group sizes of the rows [shard_index * local_rows, + local_rows) of a ragged

@@ -32,6 +32,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jax_grouped_gemm import ragged_gemm_ops as ops
+from jax_grouped_gemm.group_sizes import checked_group_offset, to_int32
 
 RaggedDotDimensionNumbers = lax.RaggedDotDimensionNumbers
 
@@ -72,19 +73,20 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
   With `group_offset` in ragged-contracting mode, output group j is global group
   offset + j (groups past the end of group_sizes are zero).
   """
+  out_sharding = ops.canonical_out_sharding(out_sharding)
   if _is_mxfp8(lhs) or _is_mxfp8(rhs):
     from jax_grouped_gemm import mxfp8_gemm  # imported here: mxfp8_gemm imports this module
-    return mxfp8_gemm.ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers,
-                                         precision, preferred_element_type, group_offset)
+    return _resharded(mxfp8_gemm.ragged_dot_general(
+        lhs, rhs, group_sizes, ragged_dot_dimension_numbers, precision, preferred_element_type,
+        group_offset), out_sharding)
   lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
-  out_sharding = ops.canonical_out_sharding(out_sharding)
   dims = ragged_dot_dimension_numbers
   _check_dtypes(lhs, rhs, group_sizes)
   mode = _mode(lhs.ndim, dims)
   if group_offset is not None:
     group_offset = _checked_group_offset(group_offset, mode, rhs, dims, group_sizes)
-  out_aval = _jax_shape_rule(lhs, rhs, group_sizes, dims, precision, preferred_element_type,
-                             mode, group_offset is not None)
+  out_aval = result_aval(lhs, rhs, group_sizes, dims, precision, preferred_element_type,
+                         group_offset is not None)
   if mode is Mode.RAGGED_BATCH:
     return lax.dot_general(lhs, rhs, dims.dot_dimension_numbers, precision=precision,
                            preferred_element_type=out_aval.dtype, out_sharding=out_sharding)
@@ -92,9 +94,15 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
     group_offset = jnp.zeros((1,), jnp.int32)
   canonical = _ragged_noncontracting if mode is Mode.RAGGED_NONCONTRACTING else _ragged_contracting
   out = canonical(lhs, rhs, group_sizes, group_offset, dims, out_aval, out_sharding)
-  if out_sharding is not None and not out.aval.sharding.is_equivalent_to(out_sharding, out.ndim):
-    out = jax.sharding.reshard(out, out_sharding)  # an N-D layout the kernel's could not carry
-  return out
+  return _resharded(out, out_sharding)
+
+
+def _resharded(out, out_sharding):
+  """out typed (and placed) as out_sharding asks, where the kernel's layout did not carry it
+  (an N-D layout, or the MXFP8 path's result)."""
+  if out_sharding is None or out.aval.sharding.is_equivalent_to(out_sharding, out.ndim):
+    return out
+  return jax.sharding.reshard(out, out_sharding)
 
 
 def _is_mxfp8(x) -> bool:
@@ -131,34 +139,38 @@ def _mode(lhs_ndim: int, dims) -> Mode:
 
 
 def _checked_group_offset(group_offset, mode, rhs, dims, group_sizes):
-  group_offset = jnp.asarray(group_offset)
-  if group_offset.shape != (1,) or not jnp.issubdtype(group_offset.dtype, jnp.integer):
-    raise TypeError("group_offset: expected an integer array of shape (1,), got "
-                    f"{group_offset.dtype}{list(group_offset.shape)}")
+  group_offset = checked_group_offset(group_offset)
   if mode is Mode.RAGGED_NONCONTRACTING:
     local = rhs.shape[dims.rhs_group_dimensions[0]] if dims.rhs_group_dimensions else None
     if local is not None and local > group_sizes.shape[-1]:
       raise TypeError(f"rhs: holds {local} groups, more than the {group_sizes.shape[-1]} of "
                       "group_sizes (with group_offset, rhs holds a slice of the groups)")
-  return group_offset.astype(jnp.int32)
+  return group_offset
 
 
-def _jax_shape_rule(lhs, rhs, group_sizes, dims, precision, preferred_element_type, mode,
-                    has_offset):
+def result_aval(lhs, rhs, group_sizes, dims, precision, preferred_element_type,
+                has_offset: bool):
   """Output shape and dtype by jax.lax's own rules, so shape and dtype errors match
-  jax's (its sharding is ours: jax.lax only asks for one on Explicit axes)."""
+  jax's (its sharding is ours: jax.lax only asks for one on Explicit axes), then the
+  kernels' result dtypes. lhs and rhs need only .shape and .dtype: the MXFP8 path passes
+  its operands' logical shapes."""
+  mode = _mode(len(lhs.shape), dims)
   rhs_shape = list(rhs.shape)
   if has_offset and mode is Mode.RAGGED_NONCONTRACTING and dims.rhs_group_dimensions:
     rhs_shape[dims.rhs_group_dimensions[0]] = group_sizes.shape[-1]  # rhs holds a slice
   struct = lambda shape, dtype: jax.ShapeDtypeStruct(tuple(shape), dtype)
   mesh = jax.sharding.get_abstract_mesh()
   replicated = NamedSharding(mesh, P()) if not mesh.empty and mesh.explicit_axes else None
-  return jax.eval_shape(
+  out_aval = jax.eval_shape(
       functools.partial(lax.ragged_dot_general, ragged_dot_dimension_numbers=dims,
                         precision=precision, preferred_element_type=preferred_element_type,
                         out_sharding=replicated),
       struct(lhs.shape, lhs.dtype), struct(rhs_shape, rhs.dtype),
       struct(group_sizes.shape, group_sizes.dtype))
+  if out_aval.dtype not in ops.SUPPORTED_DTYPES:
+    raise TypeError(f"preferred_element_type: the kernels write "
+                    f"{', '.join(str(d) for d in ops.SUPPORTED_DTYPES)}, got {out_aval.dtype}")
+  return out_aval
 
 
 # --- mapping onto the canonical kernels -------------------------------------------
@@ -180,7 +192,7 @@ def _canonical_group_sizes(group_sizes, prefix_shape, ragged_extent, rows_per_in
   range (the kernels clamp again, so any device value stays in bounds).
   """
   num_groups = group_sizes.shape[-1]
-  group_sizes = jnp.broadcast_to(group_sizes.astype(jnp.int32), tuple(prefix_shape) + (num_groups,))
+  group_sizes = jnp.broadcast_to(to_int32(group_sizes), tuple(prefix_shape) + (num_groups,))
   group_sizes = group_sizes.reshape(math.prod(prefix_shape), num_groups)
   if rows_per_index != 1:
     group_sizes = jnp.clip(group_sizes, 0, ragged_extent) * rows_per_index

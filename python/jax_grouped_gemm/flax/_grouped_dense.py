@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax.nnx.nn import dtypes
 
+from jax_grouped_gemm.group_sizes import group_ends, to_int32
 from jax_grouped_gemm.grouped_dense import grouped_dense
 from jax_grouped_gemm.ragged_dot import ragged_dot as jgg_ragged_dot
 
@@ -58,12 +59,11 @@ def group_bias(bias, group_sizes, num_rows: int, group_offset=None):
   negative sizes count as 0, the running sum is clamped at num_rows, the
   offset at [0, num_global_groups]; all on the device.
   """
-  num_local = bias.shape[0]
-  sizes = jnp.maximum(group_sizes.astype(jnp.int32), 0)
-  ends = jnp.minimum(jnp.cumsum(sizes), num_rows)
-  bounds = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends])  # [G_global + 1]
-  first = 0 if group_offset is None else jnp.clip(group_offset.reshape(()), 0, sizes.shape[0])
-  local_bounds = bounds[jnp.minimum(first + jnp.arange(num_local + 1), sizes.shape[0])]
+  num_local, num_global = bias.shape[0], group_sizes.shape[0]
+  bounds = jnp.concatenate([jnp.zeros((1,), jnp.int32), group_ends(group_sizes, num_rows)])
+  first = 0 if group_offset is None else jnp.clip(to_int32(group_offset).reshape(()), 0,
+                                                   num_global)
+  local_bounds = bounds[jnp.minimum(first + jnp.arange(num_local + 1), num_global)]
   rows = jnp.arange(num_rows, dtype=jnp.int32)
   group = jnp.searchsorted(local_bounds, rows, side="right").astype(jnp.int32) - 1
   in_group = (rows >= local_bounds[0]) & (rows < local_bounds[num_local])

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_grouped_gemm import _native, batch_partitionable
+from jax_grouped_gemm.group_sizes import to_int32
 from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, LAYOUT_CODES, SCALE_LAYOUTS, MXFP8Tensor
 from jax_grouped_gemm.mxfp8.tile_view import BATCH_DIMS, DATA_ORDER, TileView
 
@@ -120,7 +121,7 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
     if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
       raise TypeError(f"group_sizes: dtype must be an integer type (int32), got "
                       f"{group_sizes.dtype}")
-    group_sizes = group_sizes.astype(jnp.int32)
+    group_sizes = to_int32(group_sizes)
   layout = _grouped_layout(x, group_sizes, ragged_axis)
   code = LAYOUT_CODES[layout]
   swizzled = scale_layout == "swizzled"

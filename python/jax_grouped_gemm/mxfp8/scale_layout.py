@@ -14,10 +14,10 @@ group_scale_inv (a host helper for tests and debugging).
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_grouped_gemm.group_sizes import group_ends
 from jax_grouped_gemm.mxfp8.tensor import SCALE_LAYOUTS, MXFP8Tensor
 from jax_grouped_gemm.mxfp8.tile_view import TileView
 
@@ -81,12 +81,6 @@ def scale_leaf_shape(layout: str, shape, colwise: bool, scale_layout: str) -> tu
   return TileView.for_tensor(layout, shape).scale_leaf_shape(colwise, scale_layout == "swizzled")
 
 
-def _saturating_prefix_sum(sizes, limit):
-  """Running sums of sizes clamped to [0, limit] (int32-safe: never exceeds 2 * limit)."""
-  sizes = jnp.clip(sizes, 0, limit)
-  return jax.lax.associative_scan(lambda a, b: jnp.minimum(a + b, limit), sizes)
-
-
 def group_extents(q: MXFP8Tensor):
   """int32 [G, 2]: (rows, cols) of each group after the clamping rule."""
   shape = q.shape
@@ -98,7 +92,7 @@ def group_extents(q: MXFP8Tensor):
     return jnp.stack([jnp.clip(q.group_sizes[:, 0], 0, shape[1]),
                       jnp.clip(q.group_sizes[:, 1], 0, shape[2])], axis=1).astype(jnp.int32)
   axis = 0 if q.layout == "varying_first" else 1
-  ends = _saturating_prefix_sum(q.group_sizes, shape[axis])
+  ends = group_ends(q.group_sizes, shape[axis])
   spans = jnp.diff(ends, prepend=0)
   other = jnp.full_like(spans, shape[1 - axis])
   return jnp.stack([spans, other] if axis == 0 else [other, spans], axis=1).astype(jnp.int32)
