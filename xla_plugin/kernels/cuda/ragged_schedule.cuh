@@ -1,7 +1,7 @@
 // Device code of the ragged GEMM preparation, shared by the schedule kernel
-// (ragged_schedule.cu: SIMT paths and MXFP8 kernels) and the tensor-core path's one
-// preparation launch (sm90/ragged_problems_sm90.cuh), which does this work and writes
-// CUTLASS's problem arrays in the same kernel.
+// (ragged_schedule.cu: the SIMT path) and the preparation launches of the CUTLASS paths
+// (sm90/ragged_problems_sm90.cuh; sm100/blockscaled_gemm_sm100.cuh for MXFP8), which do
+// this work and write CUTLASS's problem arrays in the same kernel.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_SCHEDULE_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_RAGGED_SCHEDULE_CUH_
 
