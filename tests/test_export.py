@@ -105,6 +105,9 @@ def _cases():
   rng = np.random.default_rng(4)
   x_moe = rng.standard_normal((24, 16)).astype(np.float32)
   weights = _moe_weights(rng, 16, 32, 4)
+  # A [G, K, N] stack quantizes through the batch-partitionable aliases of the MXFP8 targets.
+  x_dense = jnp.asarray(rng.standard_normal((37, 64)), jnp.bfloat16)
+  kernel = jnp.asarray(rng.standard_normal((5, 64, 32)), jnp.bfloat16)
   return {
       "ragged_dot": (jgg.ragged_dot, (lhs, rhs, sizes)),
       "ragged_dot_bf16": (jgg.ragged_dot, tuple(jnp.asarray(a, jnp.bfloat16) for a in (lhs, rhs))
@@ -113,6 +116,8 @@ def _cases():
       "mxfp8": (lambda x, s: (q := jgg.mxfp8.quantize(x, s, rowwise=True, colwise=True),
                               jgg.mxfp8.dequantize(q, jnp.float32)), (x_q, q_sizes)),
       "moe_block": (functools.partial(moe.moe_block, top_k=2), (x_moe, weights)),
+      "grouped_dense_mxfp8": (functools.partial(jgg.grouped_dense, recipe=jgg.MXFP8Recipe()),
+                              (x_dense, kernel, sizes)),
   }
 
 
@@ -188,7 +193,7 @@ def _fresh_outputs(path, expected):
 
 
 @pytest.mark.parametrize("name", ["ragged_dot", "ragged_dot_bf16", "ragged_dot_grad", "mxfp8",
-                                  "moe_block", "moe_expert_parallel"])
+                                  "moe_block", "moe_expert_parallel", "grouped_dense_mxfp8"])
 def test_fresh_process_reproduces_the_function(name, exported_cases, fresh_results):
   root, cases = exported_cases
   assert fresh_results[name] == "ok", fresh_results[name]
@@ -234,6 +239,10 @@ def test_manifest_lists_targets_platforms_mesh_and_specs(exported_cases):
   assert [o["shape"] for o in info["outputs"]] == [[37, 24], [5, 24, 16]]
   assert [t["name"] for t in read("mxfp8")["targets"]] == ["jgg_mxfp8_dequantize_v2",
                                                           "jgg_mxfp8_quantize_v2"]
+  # The stack's batch-partitionable alias is ours, version-checked like its target.
+  assert {"name": "jgg_mxfp8_quantize_v2_group_batched", "op": "jgg_mxfp8_quantize_group_batched",
+          "version": 2} in read("grouped_dense_mxfp8")["targets"]
+  assert read("grouped_dense_mxfp8")["other_custom_calls"] == []
   sharded = read("moe_expert_parallel")
   assert sharded["mesh"] == {"axis_names": ["expert"], "axis_sizes": [8]}
   assert sharded["devices"] == 8

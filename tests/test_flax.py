@@ -149,7 +149,7 @@ def test_grouped_dense_errors_name_the_argument():
   sizes = jnp.array([1, 1, 1], jnp.int32)
   with pytest.raises(TypeError, match="inputs: expected"):
     layer(jnp.ones((2, 3, 4)), sizes)
-  with pytest.raises(TypeError, match="kernel: expected"):
+  with pytest.raises(TypeError, match="inputs: expected \\[rows, 4\\] \\(the kernel's in_features\\)"):
     layer(jnp.ones((3, 6)), sizes)
   with pytest.raises(TypeError, match="group_sizes: expected 3 groups"):
     layer(jnp.ones((3, 4)), jnp.array([1, 2], jnp.int32))
@@ -265,6 +265,23 @@ def test_moe_partitioning_metadata():
   assert nn.get_partition_spec(abstract)["params"] == {
       "router": P(None, None), "gate": P("expert", None, "model"),
       "up": P("expert", None, "model"), "down": P("expert", "model", None)}
+
+
+def test_linen_moe_stacks_under_nn_scan_without_partitioning_metadata():
+  """Without named axes the linen MoE's parameters carry no partitioning metadata, so it
+  stacks under nn.scan like flax's own layers (annotated ones would need metadata_params)."""
+
+  class Block(nn.Module):
+    @nn.compact
+    def __call__(self, h, _):
+      return h + jgg_linen.MoE(num_experts=4, hidden_features=8)(h)[0], None
+
+  stack = nn.scan(Block, variable_axes={"params": 0}, split_rngs={"params": True}, length=2)()
+  x = jnp.asarray(np.random.default_rng(9).standard_normal((6, 4)), jnp.float32)
+  variables = stack.init(jax.random.key(0), x, None)
+  assert variables["params"]["MoE_0"]["gate"].shape == (2, 4, 4, 8)
+  y, _ = jax.jit(stack.apply)(variables, x, None)
+  assert y.shape == x.shape and bool(jnp.all(jnp.isfinite(y)))
 
 
 # --- sharding under jit on 8 CPU devices ------------------------------------------------

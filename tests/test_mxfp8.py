@@ -270,6 +270,9 @@ def test_lowers_to_our_custom_calls():
     (lambda: mxfp8.dequantize(jnp.ones((4, 32))), "q: expected an MXFP8Tensor"),
     (lambda: mxfp8.dequantize(mxfp8.quantize(jnp.ones((4, 32))), colwise=True), "q: has no colwise"),
     (lambda: mxfp8.dequantize(mxfp8.quantize(jnp.ones((4, 32))), jnp.int8), "dtype: must be"),
+    (lambda: jax.export.export(jax.jit(mxfp8.quantize))(
+        jax.ShapeDtypeStruct((*jax.export.symbolic_shape("m"), 32), jnp.float32)),
+     "x: the shape must be static"),
 ])
 def test_bad_arguments_name_the_argument(call, message):
   with pytest.raises((TypeError, ValueError), match=message):

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -123,6 +124,21 @@ def test_info_and_bad_requests_get_clear_answers(server):
     connection.close()
 
 
+@pytest.mark.parametrize("length", ["abc", "-1"])
+def test_unreadable_content_length_gets_a_400(server, length):
+  connection = serve_load_test._connection(server.url, 30.0)
+  try:
+    connection.putrequest("POST", "/v1/infer")
+    connection.putheader("Content-Length", length)
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 400
+    assert json.loads(response.read())["error"] == (
+        f"Content-Length: expected a byte count, got {length!r}")
+  finally:
+    connection.close()
+
+
 def test_close_answers_what_is_queued_then_stops(moe_artifact):
   path, fn, weights = moe_artifact
   batcher = serve.RowBatcher(jgg.export.load(path), window_s=600.0)  # rows wait for the window...
@@ -148,6 +164,13 @@ def test_refuses_artifacts_it_cannot_batch(tmp_path):
   with pytest.raises(ValueError, match=r"expected one batched input \[B, \.\.\.\] besides its "
                                        r"params, got inputs \[\[8, 4\], \[2, 4, 4\], \[2\]\]"):
     serve.RowBatcher(jgg.export.load(tmp_path / "unbound"))
+  (batch,) = jax.export.symbolic_shape("b")
+  weights = np.ones((2, 4, 4), np.float32)
+  exported = jgg.export.export(lambda x, w: jgg.ragged_dot(x, w, jnp.array([3, 5], jnp.int32)),
+                               jax.ShapeDtypeStruct((batch, 4), jnp.float32), weights)
+  jgg.export.save(exported, tmp_path / "symbolic", params=[weights])
+  with pytest.raises(ValueError, match=r"serves static shapes, its input is \['b', 4\]"):
+    serve.RowBatcher(jgg.export.load(tmp_path / "symbolic"))
 
 
 def test_command_line_server_under_the_load_test():

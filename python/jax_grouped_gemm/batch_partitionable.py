@@ -30,12 +30,16 @@ from jaxlib.mlir import ir
 
 from jax_grouped_gemm import _native
 
-_BATCHED_SUFFIX = "_group_batched"
+BATCHED_SUFFIX = "_group_batched"
+
+# {jax.ffi platform: the batch-partitionable names registered}, for export's allowlist and
+# its version checks (export.registered_targets).
+_registered: dict[str, set[str]] = {}
 
 
 def batched_target(target: str) -> str:
   """The batch-partitionable name of `target` (same handler)."""
-  return target + _BATCHED_SUFFIX
+  return target + BATCHED_SUFFIX
 
 
 def register(targets: Sequence[str]) -> None:
@@ -44,8 +48,14 @@ def register(targets: Sequence[str]) -> None:
     for target in targets:
       if target in capsules:
         jax.ffi.register_ffi_target(batched_target(target), capsules[target], platform=platform)
+        _registered.setdefault(platform, set()).add(batched_target(target))
   for target in targets:
     jax.ffi.register_ffi_target_as_batch_partitionable(batched_target(target))
+
+
+def registered_targets() -> dict[str, tuple[str, ...]]:
+  """{jax.ffi platform: the batch-partitionable target names registered}."""
+  return {platform: tuple(sorted(names)) for platform, names in _registered.items()}
 
 
 def sharding_rule(operand_shapes, result_shapes, num_batch_dims: int = 1) -> str:

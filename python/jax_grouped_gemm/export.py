@@ -57,7 +57,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from jax_grouped_gemm import _native
+from jax_grouped_gemm import _native, batch_partitionable
+from jax_grouped_gemm.mxfp8 import quantize as _mxfp8_quantize  # noqa: F401  (registers aliases)
 from jax_grouped_gemm.moe import MoEWeights
 from jax_grouped_gemm.mxfp8.tensor import MXFP8Tensor
 
@@ -74,7 +75,9 @@ XLA_CUSTOM_CALLS = ("ragged_all_to_all",)
 # jax.ffi platform names -> jax.export platform names.
 _EXPORT_PLATFORM = {"cpu": "cpu", "CUDA": "cuda"}
 _CUSTOM_CALL = re.compile(r"stablehlo\.custom_call @([A-Za-z0-9_.$-]+)")
-_OUR_TARGET = re.compile(r"^(jgg_\w+?)_v(\d+)$")
+# jgg_<op>_v<N>, and its batch-partitionable alias jgg_<op>_v<N>_group_batched (op
+# "jgg_<op>_group_batched": the alias of another version is as incompatible as the target).
+_OUR_TARGET = re.compile(r"^(jgg_\w+?)_v(\d+)(" + batch_partitionable.BATCHED_SUFFIX + ")?$")
 
 
 class IncompatibleArtifactError(RuntimeError):
@@ -101,8 +104,10 @@ _register_pytree_serialization(MXFP8Tensor, "jax_grouped_gemm.MXFP8Tensor")
 # --- export ----------------------------------------------------------------------
 
 def registered_targets() -> dict[str, tuple[str, ...]]:
-  """{export platform ("cpu", "cuda"): target names this build registers for it}."""
-  return {_EXPORT_PLATFORM.get(p, p.lower()): names
+  """{export platform ("cpu", "cuda"): target names this build registers for it, the
+  batch-partitionable aliases included}."""
+  aliases = batch_partitionable.registered_targets()
+  return {_EXPORT_PLATFORM.get(p, p.lower()): tuple(names) + aliases.get(p, ())
           for p, names in _native.register_targets().items()}
 
 
@@ -142,14 +147,20 @@ def export_per_platform(fn, *args_specs, platforms: Sequence[str] = DEFAULT_PLAT
 
 # --- the manifest ------------------------------------------------------------------
 
+def _parse_target(name: str) -> tuple[str, int] | None:
+  """(op, version) of one of our custom-call targets; None for anyone else's."""
+  match = _OUR_TARGET.match(name)
+  return (match.group(1) + (match.group(3) or ""), int(match.group(2))) if match else None
+
+
 def custom_calls(module_text: str) -> tuple[list[dict], list[str]]:
   """(our targets [{name, op, version}], other custom-call targets) named in StableHLO text."""
   names = sorted(set(_CUSTOM_CALL.findall(module_text)))
   ours, others = [], []
   for name in names:
-    match = _OUR_TARGET.match(name)
-    if match:
-      ours.append({"name": name, "op": match.group(1), "version": int(match.group(2))})
+    parsed = _parse_target(name)
+    if parsed:
+      ours.append({"name": name, "op": parsed[0], "version": parsed[1]})
     else:
       others.append(name)
   return ours, others
@@ -285,9 +296,9 @@ def target_problems(targets: Sequence[dict], platform: str) -> list[str]:
   available = registered_targets().get(platform, ())
   versions: dict[str, list[int]] = {}
   for name in available:
-    match = _OUR_TARGET.match(name)
-    if match:
-      versions.setdefault(match.group(1), []).append(int(match.group(2)))
+    parsed = _parse_target(name)
+    if parsed:
+      versions.setdefault(parsed[0], []).append(parsed[1])
   problems = []
   for target in targets:
     if target["name"] in available:

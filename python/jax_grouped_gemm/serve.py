@@ -85,6 +85,9 @@ class RowBatcher:
     if num_inputs != 1 or not info["inputs"][0]["shape"]:
       raise ValueError(f"artifact: expected one batched input [B, ...] besides its params, got "
                        f"inputs {[i['shape'] for i in info['inputs'][:num_inputs]]}")
+    if not all(isinstance(n, int) for n in info["inputs"][0]["shape"]):
+      raise ValueError(f"artifact: serves static shapes, its input is "
+                       f"{info['inputs'][0]['shape']} (export with a fixed batch size)")
     self.artifact = artifact
     self.batch, *row_shape = info["inputs"][0]["shape"]
     self.row_shape = tuple(row_shape)
@@ -269,7 +272,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       self._reply(404, {"error": f"no such endpoint: POST {self.path}"})
       return
     start = time.perf_counter()
-    length = int(self.headers.get("Content-Length") or 0)
+    header = self.headers.get("Content-Length") or "0"
+    length = int(header) if header.isdigit() else -1
+    if length < 0:  # unreadable: the body's end is unknown, the connection cannot be reused
+      self.close_connection = True
+      self._reply(400, {"error": f"Content-Length: expected a byte count, got {header!r}"})
+      return
     if length > MAX_BODY_BYTES:
       self.close_connection = True  # the body is not read: the connection cannot be reused
       self._reply(413, {"error": f"body of {length} bytes exceeds {MAX_BODY_BYTES}"})

@@ -76,9 +76,12 @@ def apply_grouped_dense(inputs, kernel, group_sizes, *, bias=None, group_offset=
   """The GroupedDense forward: checks shapes, promotes to `dtype` (as flax Dense), multiplies."""
   if inputs.ndim != 2:
     raise TypeError(f"inputs: expected [rows, in_features], got shape {inputs.shape}")
-  if kernel.ndim != 3 or kernel.shape[1] != inputs.shape[1]:
-    raise TypeError(f"kernel: expected [groups, {inputs.shape[1]}, out_features], "
-                    f"got shape {kernel.shape}")
+  if kernel.ndim != 3:
+    raise TypeError(f"kernel: expected [groups, in_features, out_features], got shape "
+                    f"{kernel.shape}")
+  if kernel.shape[1] != inputs.shape[1]:  # the module's kernel is fixed: the inputs are off
+    raise TypeError(f"inputs: expected [rows, {kernel.shape[1]}] (the kernel's in_features), "
+                    f"got shape {inputs.shape}")
   group_sizes = jnp.asarray(group_sizes)
   if group_sizes.ndim != 1:
     raise TypeError(f"group_sizes: expected [groups], got shape {group_sizes.shape}")

@@ -113,9 +113,13 @@ class MoE(nn.Module):
     if self.expert_parallel and self.expert_axis is None:
       raise ValueError("expert_parallel=True needs expert_axis (the mesh axis of the experts)")
     d_model, shape_in = x.shape[-1], (self.num_experts, x.shape[-1], self.hidden_features)
-    expert_kernel = lambda axes: nn.with_partitioning(self.kernel_init, axes)
+    # Partitioning metadata only when an axis is named (as the nnx module): annotated
+    # parameters need nn.scan's metadata_params to be stacked, plain ones do not.
+    sharded = self.expert_axis is not None or self.hidden_axis is not None
+    annotated = lambda init, axes: nn.with_partitioning(init, axes) if sharded else init
+    expert_kernel = lambda axes: annotated(self.kernel_init, axes)
     weights = moe_lib.MoEWeights(
-        router=self.param("router", nn.with_partitioning(self.router_init, (None, None)),
+        router=self.param("router", annotated(self.router_init, (None, None)),
                           (d_model, self.num_experts), self.param_dtype),
         gate=self.param("gate", expert_kernel((self.expert_axis, None, self.hidden_axis)),
                         shape_in, self.param_dtype),

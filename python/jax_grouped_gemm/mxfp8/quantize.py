@@ -90,8 +90,8 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
       G matrices), [M, N] with group_sizes [G] (groups are row ranges for
       ragged_axis=0, column ranges for ragged_axis=1), or [G, M, N] with
       group_sizes [G, 2] (group g is x[g, :rows_g, :cols_g]).
-    group_sizes: integer array on the device (cast to int32); negative sizes
-      count as 0, running sums are clamped at the extent.
+    group_sizes: integer array on the device (narrowed to int32, saturating);
+      negative sizes count as 0, running sums are clamped at the extent.
     ragged_axis: which axis of a 2-D x the [G] group sizes split.
     rowwise: quantize 1x32 blocks along rows (the last axis).
     colwise: quantize 32x1 blocks along columns (both: one pass over x).
@@ -106,6 +106,9 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
   x = jnp.asarray(x)
   if x.dtype not in INPUT_DTYPES:
     raise TypeError(f"x: dtype must be one of {_dtype_names(INPUT_DTYPES)}, got {x.dtype}")
+  if not all(isinstance(d, int) for d in x.shape):
+    raise TypeError(f"x: the shape must be static (the scale buffer is sized for the worst "
+                    f"case at trace time), got {x.shape}")
   try:
     element_dtype = jnp.dtype(dtype)
   except TypeError as e:
