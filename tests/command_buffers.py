@@ -16,6 +16,9 @@ def custom_calls_after_capture(script: str, dump_dir, function_name: str) -> lis
   env = dict(os.environ)
   env["XLA_FLAGS"] = (f"--xla_dump_to={dump_dir} --xla_dump_hlo_as_text "
                       "--xla_gpu_graph_min_graph_size=1")
+  # The pytest process may already hold XLA's preallocated pool (75% of the GPU): the child
+  # takes only what it uses, or it runs out of memory after earlier GPU tests.
+  env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
   env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
   result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300)
