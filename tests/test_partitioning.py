@@ -266,6 +266,50 @@ def test_explicit_axes_out_sharding_of_n_d_layouts(partitioner):
     _assert_close(out, expected, "forward")
 
 
+def test_explicit_axes_out_sharding_on_the_concrete_mesh(partitioner):
+  """out_sharding may name the concrete mesh (jax.lax takes it so), not only the abstract one."""
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  lhs, rhs, _ = _operands()
+  with jax.set_mesh(mesh):
+    x, w = _put(mesh, lhs, P()), _put(mesh, rhs, P(None, None, "model"))
+    out = jax.jit(lambda a, b, s: jgg.ragged_dot(
+        a, b, s, out_sharding=NamedSharding(mesh, P(None, "model"))))(
+            x, w, jnp.array(SIZES, jnp.int32))
+    assert _typed_spec(out) == (None, "model")
+  _assert_close(out, _unsharded()[0], "forward")
+
+
+def test_explicit_axes_split_of_a_dim_the_kernel_merges(partitioner):
+  """rhs [G, K, N1, N2] split on N2, which the canonical [G, K, N1 * N2] cannot carry behind
+  N1: it is gathered before the merge, and forward and gradients are still right and typed."""
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  rng = np.random.default_rng(11)
+  lhs = rng.standard_normal((M, K)).astype(np.float32)
+  rhs = rng.standard_normal((G, K, 3, 8)).astype(np.float32)
+  dims = jax.lax.RaggedDotDimensionNumbers(
+      dot_dimension_numbers=(([1], [1]), ([], [])), lhs_ragged_dimensions=[0],
+      rhs_group_dimensions=[0])
+  expected = reference.ragged_m(lhs, rhs.reshape(G, K, 24), SIZES).reshape(M, 3, 8)
+
+  def loss(a, b, s):
+    return jnp.sum(jgg.ragged_dot_general(a, b, s, dims, out_sharding=P(None, None, "model")))
+
+  with jax.set_mesh(mesh):
+    x, w = _put(mesh, lhs, P()), _put(mesh, rhs, P(None, None, None, "model"))
+    sizes = jnp.array(SIZES, jnp.int32)
+    out = jax.jit(lambda a, b, s: jgg.ragged_dot_general(
+        a, b, s, dims, out_sharding=P(None, None, "model")))(x, w, sizes)
+    assert _typed_spec(out) == (None, None, "model")
+    dx, dw = jax.jit(jax.grad(loss, (0, 1)))(x, w, sizes)
+    assert _typed_spec(dw) == (None, None, None, "model")
+  _assert_close(out, expected, "forward")
+  ones = np.ones((M, 3, 8))
+  _assert_close(dx, reference.ragged_m(ones.reshape(M, 24), np.swapaxes(
+      rhs.reshape(G, K, 24), 1, 2), SIZES), "dx")
+  _assert_close(dw, reference.ragged_k(lhs, ones.reshape(M, 24), SIZES, G).reshape(G, K, 3, 8),
+                "dw")
+
+
 @pytest.mark.parametrize("lhs_spec, rhs_spec, expected", [
     (P(), P(None, None, "model"), P(None, None, "model")),  # column: stays split on N
     (P("data"), P(), P(None, "data")),                    # data: stays split on M

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import math
+import operator
 from typing import Sequence
 
 import jax
@@ -184,6 +186,21 @@ def _permute(x, perm):
   return x if perm == list(range(x.ndim)) else jnp.transpose(x, perm)
 
 
+def _merged(x, shape):
+  """x.reshape(shape), where shape merges runs of consecutive dims of x (unit dims may come
+  and go). On Explicit mesh axes a merged dim can carry only the split of its run's first
+  dim: a split of a later one is gathered first (else jax refuses the reshape)."""
+  sharding = jax.typeof(x).sharding
+  if not sharding.mesh.empty and sharding.mesh.explicit_axes:
+    starts = set(itertools.accumulate(shape, operator.mul, initial=1))
+    spec = list(sharding.spec) + [None] * (x.ndim - len(sharding.spec))
+    behind = [spec[d] is not None and math.prod(x.shape[:d]) not in starts for d in range(x.ndim)]
+    if any(behind):
+      x = jax.sharding.reshard(x, sharding.update(
+          spec=P(*(None if b else s for b, s in zip(behind, spec)))))
+  return x.reshape(shape)
+
+
 def _canonical_group_sizes(group_sizes, prefix_shape, ragged_extent, rows_per_index):
   """group_sizes as [B, g] int32, counted in rows of the flattened ragged dimension.
 
@@ -223,14 +240,14 @@ def _ragged_noncontracting(lhs, rhs, group_sizes, group_offset, dims, out_aval, 
   n = _size(rhs.shape, rhs_free)
   num_groups = rhs.shape[group_dim]
   lhs3 = _permute(lhs, list(lhs_batch) + outer + [ragged] + inner + list(lhs_contract))
-  lhs3 = lhs3.reshape(batch, lhs.shape[ragged] * rows_per_index, k)
+  lhs3 = _merged(lhs3, (batch, lhs.shape[ragged] * rows_per_index, k))
 
   kn = [group_dim] + list(rhs_batch) + list(rhs_contract) + rhs_free
   nk = [group_dim] + list(rhs_batch) + rhs_free + list(rhs_contract)
   rhs_transposed = nk == list(range(rhs.ndim)) and kn != nk  # read [g, b, n, k] in place
   rhs_batch_size = _size(rhs.shape, rhs_batch)
   rhs4 = _permute(rhs, nk if rhs_transposed else kn)
-  rhs4 = rhs4.reshape((num_groups, rhs_batch_size) + ((n, k) if rhs_transposed else (k, n)))
+  rhs4 = _merged(rhs4, (num_groups, rhs_batch_size) + ((n, k) if rhs_transposed else (k, n)))
   outer_size = _size(lhs.shape, outer)
   if outer_size != 1:  # lhs dims outer to the ragged one reuse the same weights
     rhs4 = jnp.broadcast_to(rhs4[:, :, None], rhs4.shape[:2] + (outer_size,) + rhs4.shape[2:])
@@ -258,8 +275,9 @@ def _ragged_contracting(lhs, rhs, group_sizes, group_offset, dims, out_aval, out
   rows_per_index = _size(lhs.shape, inner)
   rows = lhs.shape[ragged] * rows_per_index
   p, n = _size(lhs.shape, lhs_free), _size(rhs.shape, rhs_free)
-  lhs3 = _permute(lhs, list(lhs_batch) + outer + [ragged] + inner + lhs_free).reshape(batch, rows, p)
-  rhs3 = _permute(rhs, list(rhs_batch) + list(rhs_contract) + rhs_free).reshape(batch, rows, n)
+  lhs3 = _merged(_permute(lhs, list(lhs_batch) + outer + [ragged] + inner + lhs_free),
+                 (batch, rows, p))
+  rhs3 = _merged(_permute(rhs, list(rhs_batch) + list(rhs_contract) + rhs_free), (batch, rows, n))
 
   prefix = [lhs.shape[d] for d in list(lhs_batch) + outer]
   group_sizes = _canonical_group_sizes(group_sizes, prefix, lhs.shape[ragged], rows_per_index)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 from jax.interpreters import ad, batching, mlir
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec as P
 
 from jax_grouped_gemm import _native, sharding_rules
 
@@ -57,9 +57,13 @@ def vary_alike(*operands):
 
 def canonical_out_sharding(out_sharding):
   """out_sharding as jax.lax takes it (NamedSharding, PartitionSpec of the current
-  mesh, or None: inferred) -> a NamedSharding or None."""
-  if out_sharding is None or isinstance(out_sharding, NamedSharding):
-    return out_sharding
+  mesh, or None: inferred) -> a NamedSharding on the abstract mesh (what avals carry) or None."""
+  if out_sharding is None:
+    return None
+  if isinstance(out_sharding, NamedSharding):
+    mesh = out_sharding.mesh
+    return out_sharding if isinstance(mesh, AbstractMesh) else NamedSharding(
+        mesh.abstract_mesh, out_sharding.spec)
   if isinstance(out_sharding, P):
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:

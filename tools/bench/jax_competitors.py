@@ -9,7 +9,6 @@ the compiled loop is checked for hoisted work and per-call copies first.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import gc
 import itertools
@@ -43,16 +42,6 @@ TRANSPOSED_RAGGED_DOT_CONFIGS = (
 )
 CHECK_ROWS = 512  # rows of a fwd/dgrad output checked against jax.lax
 CHECK_COLUMNS = 64  # K and N columns of a wgrad output checked against jax.lax
-
-
-def main():
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument("--plan", required=True)
-  parser.add_argument("--records", required=True)
-  args = parser.parse_args()
-  with open(args.plan, encoding="utf-8") as f:
-    plan = wp.Plan.from_json(f.read())
-  run_plan(plan, wp.RecordWriter(args.records))
 
 
 def run_plan(plan: wp.Plan, writer: wp.RecordWriter) -> None:
@@ -341,4 +330,4 @@ def _jaxlib_version() -> str:
 
 
 if __name__ == "__main__":
-  main()
+  wp.worker_main(run_plan, __doc__)

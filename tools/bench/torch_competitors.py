@@ -15,7 +15,6 @@ the command then restarts this worker past the measurement that raised it.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import gc
 import math
@@ -27,16 +26,6 @@ from tools.bench import worker_protocol as wp
 
 FWD, DGRAD, WGRAD = shapes_lib.PASSES
 WARMUP_CALLS = 3
-
-
-def main():
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument("--plan", required=True)
-  parser.add_argument("--records", required=True)
-  args = parser.parse_args()
-  with open(args.plan, encoding="utf-8") as f:
-    plan = wp.Plan.from_json(f.read())
-  run_plan(plan, wp.RecordWriter(args.records))
 
 
 def run_plan(plan: wp.Plan, writer: wp.RecordWriter) -> None:
@@ -196,4 +185,4 @@ def _time_copy(timer, nbytes) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  wp.worker_main(run_plan, __doc__)

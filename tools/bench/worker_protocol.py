@@ -10,6 +10,7 @@ records that measurement as failed and starts a new worker past it.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -118,6 +119,17 @@ class RecordWriter:
 
   def result(self, key: str, **fields: Any) -> None:
     self.write("result", key=key, **fields)
+
+
+def worker_main(run_plan, description: str) -> None:
+  """A worker's command line: --plan FILE (a Plan as JSON) --records FILE (appended to)."""
+  parser = argparse.ArgumentParser(description=description)
+  parser.add_argument("--plan", required=True)
+  parser.add_argument("--records", required=True)
+  args = parser.parse_args()
+  with open(args.plan, encoding="utf-8") as f:
+    plan = Plan.from_json(f.read())
+  run_plan(plan, RecordWriter(args.records))
 
 
 def read_records(path: str) -> list[dict]:

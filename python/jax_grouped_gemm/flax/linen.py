@@ -86,7 +86,8 @@ class MoE(nn.Module):
 
   Parameters `router` [d, num_experts] (float32 logits), `gate`, `up`
   [num_experts, d, hidden_features] and `down` [num_experts, hidden_features, d],
-  boxed with partitioning metadata over `expert_axis` / `hidden_axis`. With
+  boxed with partitioning metadata over `expert_axis` / `hidden_axis` when either
+  names a mesh axis (plain otherwise, so the block stacks under nn.scan as is). With
   `expert_parallel=True` the block runs in shard_map over `expert_axis`
   (ragged all-to-all dispatch; other mesh axes see the whole block); `mesh`
   defaults to the context mesh.
