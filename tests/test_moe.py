@@ -1,6 +1,7 @@
 """jgg.moe: routing, permutation, the block against a dense float64 MoE, gradients against
 the same block on jax.lax.ragged_dot, empty experts, and expert parallelism on 8 CPU devices."""
 
+import dataclasses
 import functools
 
 import jax
@@ -187,6 +188,15 @@ def test_bad_arguments_are_named():
   bad = moe.MoEWeights(router=w.router, gate=w.gate, up=w.up, down=w.down[:, :, :4])
   with pytest.raises(TypeError, match="weights.down"):
     moe.moe_block(jnp.ones((4, 8)), bad, top_k=2)
+  five_experts = jnp.zeros((5,) + w.gate.shape[1:])
+  with pytest.raises(TypeError, match="weights.gate: 5 experts x 1 shards .* != 4 router"):
+    moe.moe_block(jnp.ones((4, 8)), dataclasses.replace(w, gate=five_experts), top_k=2)
+  with pytest.raises(TypeError, match="weights.router: expected \\[d_model, experts\\]"):
+    moe.moe_block(jnp.ones((4, 8)), dataclasses.replace(w, router=w.router[0]), top_k=2)
+  with pytest.raises(TypeError, match="top_k: expected an int, got 2.0"):
+    moe.moe_block(jnp.ones((4, 8)), w, top_k=2.0)
+  with pytest.raises(TypeError, match="x: expected \\[..., d_model\\], got a scalar"):
+    moe.moe_layer(jnp.ones(()), w, top_k=2)
 
 
 # --- expert parallelism on 8 CPU devices ------------------------------------------------
@@ -241,6 +251,46 @@ def expert_parallel_checks():
                  ).trace(xs, ws).lower(lowering_platforms=("cuda",)).as_text()
   assert "ragged_all_to_all" in cuda
 
+
+
+def test_explicit_axes_layer_takes_tokens_split_on_any_dim_and_types_y_like_x():
+  """Explicit axes, rank-3 tokens [batch, seq, d] split on seq (a split the flattening
+  reshape cannot carry) or on batch: y comes back typed like x, with and without expert
+  parallelism (whose shard_map takes its inputs in its own specs only)."""
+  from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+  from sharding_checks import cpu_mesh
+
+  rng = np.random.default_rng(10)
+  w = random_weights(rng, 8, 16, 8)
+  x = jnp.asarray(rng.standard_normal((4, 8, 8)), jnp.float32)
+  want_y, want_aux = jax.jit(functools.partial(moe.moe_layer, top_k=2))(x, w)
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  with jax.set_mesh(mesh):
+    for spec, expert_axis in ((P(None, "model"), None), (P("data"), None),
+                              (P("data"), "model"), (P(None, "data"), "model")):
+      xs = jax.device_put(x, NamedSharding(mesh, spec))
+      y, aux = jax.jit(functools.partial(moe.moe_layer, top_k=2, expert_axis=expert_axis))(xs, w)
+      assert jax.typeof(y).sharding.spec == jax.typeof(xs).sharding.spec, (spec, expert_axis)
+      assert relative_error(y, want_y) < 1e-6, (spec, expert_axis)
+      np.testing.assert_allclose(aux, want_aux, rtol=1e-6)
+
+
+def test_expert_parallel_gradient_of_an_empty_batch():
+  """Zero tokens: y empty, loss 0, zero gradients (compiling the gradient of the shard_map'ed
+  GEMMs on zero rows crashed Shardy, so the layer does not call them)."""
+  from jax.sharding import AxisType
+  from sharding_checks import cpu_mesh
+
+  w = random_weights(np.random.default_rng(11), 8, 8, 8)
+  mesh = cpu_mesh((2,), ("expert",), axis_type=AxisType.Auto)
+
+  def loss(w):
+    y, aux_loss = moe.moe_layer(jnp.zeros((0, 8)), w, top_k=2, expert_axis="expert", mesh=mesh)
+    return jnp.sum(y) + aux_loss
+
+  grads = jax.jit(jax.grad(loss))(w)
+  for name in ("router", "gate", "up", "down"):
+    assert np.all(np.asarray(getattr(grads, name)) == 0), name
 
 
 def test_tensor_parallel_jit_on_explicit_axes_matches_one_device():

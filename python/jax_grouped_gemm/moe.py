@@ -36,6 +36,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
@@ -86,6 +87,8 @@ def route(logits, top_k: int, *, normalize_weights: bool = True, axis_name=None)
   if logits.ndim != 2:
     raise TypeError(f"logits: expected [tokens, experts], got shape {logits.shape}")
   num_experts = logits.shape[1]
+  if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
+    raise TypeError(f"top_k: expected an int, got {top_k!r}")
   if not 1 <= top_k <= num_experts:
     raise ValueError(f"top_k: expected 1 <= top_k <= {num_experts} (experts), got {top_k}")
   probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
@@ -189,49 +192,81 @@ def moe_layer(x, weights: MoEWeights, *, top_k: int, normalize_weights: bool = T
   or the context mesh set by jax.set_mesh): tokens and the expert dimension of
   gate/up/down are sharded over it, the router is replicated.
   """
+  if x.ndim == 0:
+    raise TypeError("x: expected [..., d_model], got a scalar")
+  if x.size == 0:  # nothing to route; and Shardy (jax 0.11) crashes compiling the gradient
+    return jnp.zeros_like(x), jnp.zeros((), jnp.float32)  # of an empty shard_map'ed GEMM
   block = functools.partial(moe_block, top_k=top_k, normalize_weights=normalize_weights,
                             activation=activation, projection=projection)
-  if expert_axis is not None:
-    experts = P(expert_axis)
-    block = jax.shard_map(
-        functools.partial(block, axis_name=expert_axis), mesh=mesh,
-        in_specs=(P(expert_axis, None), MoEWeights(P(), experts, experts, experts)),
-        out_specs=(P(expert_axis, None), P()))
-  else:
-    block = _on_auto_axes(block, x)
-  y, aux_loss = block(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), weights)
-  return y.reshape(x.shape), aux_loss
+  tokens_shape = (math.prod(x.shape[:-1]), x.shape[-1])
+  x_spec = _typed_spec(x)
+  if expert_axis is None:
+    def flat_block(x, weights):
+      y, aux_loss = block(x.reshape(tokens_shape), weights)
+      return y.reshape(x.shape), aux_loss
+    return _on_auto_axes(flat_block, out_sharding=(x_spec, P()))(x, weights)
+  experts = P(expert_axis)
+  in_specs = (P(expert_axis, None), MoEWeights(P(), experts, experts, experts))
+  block = jax.shard_map(functools.partial(block, axis_name=expert_axis), mesh=mesh,
+                        in_specs=in_specs, out_specs=(P(expert_axis, None), P()))
+  # On Explicit axes shard_map takes its inputs only in its in_specs: put them so.
+  tokens = _on_auto_axes(lambda x: x.reshape(tokens_shape), out_sharding=in_specs[0])(x)
+  weights = _resharded(weights, in_specs[1])
+  y, aux_loss = block(tokens, weights)
+  return _on_auto_axes(lambda y: y.reshape(x.shape), out_sharding=x_spec)(y), aux_loss
 
 
-def _on_auto_axes(block, x):
-  """On a mesh of Explicit axes, the block's sorts, gathers and scatters over sharded
-  tokens have no sharding jax can infer: run it on Auto axes (the partitioner
-  places them; the grouped GEMMs partition by their own rules) and type the
-  results as the tokens (y) and replicated (aux_loss)."""
+def _explicit_mesh():
+  """The context mesh if it has Explicit axes (sharding in types), else None."""
   mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or not mesh.explicit_axes:
-    return block
-  tokens = jax.typeof(x).sharding.spec
-  rows = tokens[0] if len(tokens) == 2 else None  # the flattened token dim keeps a 2-D x's split
-  return jax.sharding.auto_axes(block, axes=mesh.explicit_axes,
-                                out_sharding=(P(rows, None), P()))
+  return None if mesh.empty or not mesh.explicit_axes else mesh
+
+
+def _typed_spec(x):
+  return jax.typeof(x).sharding.spec if _explicit_mesh() is not None else None
+
+
+def _on_auto_axes(fn, *, out_sharding):
+  """On a mesh of Explicit axes, the block's sorts, gathers and scatters over sharded
+  tokens (and reshapes of tokens split on any dim) have no sharding jax can infer: run
+  fn on Auto axes (the partitioner places them; the grouped GEMMs partition by their
+  own rules) and type its results `out_sharding`. Elsewhere fn as is."""
+  mesh = _explicit_mesh()
+  if mesh is None:
+    return fn
+  return jax.sharding.auto_axes(fn, axes=mesh.explicit_axes, out_sharding=out_sharding)
+
+
+def _resharded(weights: MoEWeights, specs: MoEWeights) -> MoEWeights:
+  if _explicit_mesh() is None:
+    return weights
+  return MoEWeights(*(jax.sharding.reshard(getattr(weights, f), getattr(specs, f))
+                      for f in ("router", "gate", "up", "down")))
 
 
 def _check_shapes(x, weights: MoEWeights, axis_name):
   if x.ndim != 2:
     raise TypeError(f"x: expected [tokens, d_model], got shape {x.shape}")
+  layouts = {"router": "[d_model, experts]", "gate": "[experts, d_model, d_ff]",
+             "up": "[experts, d_model, d_ff]", "down": "[experts, d_ff, d_model]"}
+  for name, layout in layouts.items():
+    if getattr(weights, name).ndim != layout.count(",") + 1:
+      raise TypeError(f"weights.{name}: expected {layout}, got shape "
+                      f"{getattr(weights, name).shape}")
+  if weights.router.shape[0] != x.shape[1]:
+    raise TypeError(f"weights.router: expected [{x.shape[1]}, experts] (x's d_model), got shape "
+                    f"{weights.router.shape}")
   d_model, num_experts = weights.router.shape
   local_experts, _, d_ff = weights.gate.shape
-  expected = {"router": (x.shape[1], weights.router.shape[1]),
-              "gate": (local_experts, d_model, d_ff), "up": (local_experts, d_model, d_ff),
-              "down": (local_experts, d_ff, d_model)}
-  for name, shape in expected.items():
-    if getattr(weights, name).shape != shape:
-      raise TypeError(f"weights.{name}: expected shape {shape}, got {getattr(weights, name).shape}")
   shards = 1 if axis_name is None else lax.axis_size(axis_name)
   if local_experts * shards != num_experts:
     raise TypeError(f"weights.gate: {local_experts} experts x {shards} shards of axis "
                     f"{axis_name!r} != {num_experts} router experts")
+  expected = {"gate": (local_experts, d_model, d_ff), "up": (local_experts, d_model, d_ff),
+              "down": (local_experts, d_ff, d_model)}
+  for name, shape in expected.items():
+    if getattr(weights, name).shape != shape:
+      raise TypeError(f"weights.{name}: expected shape {shape}, got {getattr(weights, name).shape}")
 
 
 # --- expert parallelism: ragged all-to-all dispatch and return ---------------------
