@@ -106,6 +106,24 @@ def test_chosen_only_when_asked_for(monkeypatch, gemm):
   assert mxfp8_gemm.choose_backend(problem) == "blockscaled_sm100"
 
 
+@pytest.mark.parametrize("gemm", list(GEMMS))
+def test_token_operands_grouped_by_other_sizes_take_the_dequantize_branch(blockscaled, gemm):
+  """The kernel locates the token operands' scales by the GEMM's group sizes. x and dy
+  quantized with other values (the same count) pass the static checks, so the call compares
+  the sizes on the device and takes the dequantize backend where they differ: the result
+  stays the exact product, as when the sizes are the GEMM's."""
+  with jax.default_device(CPU):
+    qx, qw, qdy, quantized_with = _operands(40 + len(gemm), [60, 10, 50, 30])
+    sizes = [37, 0, 70, 33]
+    lhs, rhs, lhs64, rhs64 = _gemm(gemm, qx, qw, qdy)
+    out = jax.jit(lambda l, r, s: mxfp8.ragged_dot_general(
+        l, r, s, GEMMS[gemm], preferred_element_type=jnp.float32))(lhs, rhs,
+                                                                    jnp.asarray(sizes, jnp.int32))
+  assert mxfp8_gemm.choose_backend(mxfp8_gemm.resolve_problem(
+      lhs, rhs, quantized_with, GEMMS[gemm])) == "blockscaled_sm100"
+  check_product(out, gemm, lhs64, rhs64, sizes, num_groups=G if gemm == "wgrad" else None)
+
+
 def test_misfits_fall_back(blockscaled):
   with jax.default_device(CPU):
     qx, qw, _, group_sizes = _operands(2, LAYOUTS["tiny_groups"], scale_layout="compact")

@@ -8,6 +8,8 @@ in; the exactness table behind the bf16/f32 choice; trace-time errors.
 Runs on the default backend (CPU kernels in CI, CUDA on a GPU), outputs poisoned.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -287,6 +289,44 @@ def test_shape_and_result_dtype_mismatches_fail_at_trace_time():
     trace(weights((32, 16)))
   with pytest.raises(TypeError, match="preferred_element_type: the kernels write"):
     trace(weights((2, 32, 16)), preferred_element_type=jnp.int8)
+
+
+def test_malformed_operands_fail_at_trace_time():
+  """Leaves that are not what quantize gives for the tensor's layout (relabelled scale
+  layout, cut scales, non-fp8 data, a vmapped-over stack) fail while tracing, naming the
+  operand, before any kernel reads their bytes in the wrong order."""
+  qx, qw, _, sizes = _operands(94, LAYOUTS["tiny_groups"])
+  trace = lambda lhs, rhs: jax.eval_shape(lambda: mxfp8.ragged_dot(lhs, rhs, sizes))
+  with pytest.raises(TypeError, match="rhs: rowwise scales of layout 'same_dims' with swizzled"):
+    trace(qx, dataclasses.replace(qw, scale_layout="swizzled"))
+  with pytest.raises(TypeError, match="lhs: rowwise scales of layout 'varying_first'"):
+    trace(dataclasses.replace(qx, scale_inv=qx.scale_inv[:10]), qw)
+  with pytest.raises(TypeError, match="lhs: rowwise data must be float8_e4m3fn or float8_e5m2"):
+    trace(dataclasses.replace(qx, data=qx.data.astype(jnp.bfloat16)), qw)
+  stacked = jax.vmap(lambda w: mxfp8.quantize(w, colwise=True))(jnp.ones((2, G, K, N)))
+  with pytest.raises(TypeError, match="rhs: an MXFP8 tensor of layout 'same_dims' has rank 3"):
+    trace(qx, stacked)
+  with pytest.raises(TypeError, match="q: an MXFP8 tensor of layout 'same_dims' has rank 3"):
+    mxfp8.dequantize(stacked)
+  with pytest.raises(TypeError, match="x: expected an array"):
+    jgg.grouped_dense(qx, jnp.ones((G, K, N)), sizes, recipe=jgg.MXFP8Recipe())
+
+
+def test_batched_lhs_falls_back_to_a_backend_that_takes_it():
+  """A [B, M, K] x with the forward's dimension numbers is jax.lax's shape rule's to accept;
+  the fused kernel takes matrices only, so the call falls back (it asserted before)."""
+  rng = np.random.default_rng(95)
+  x = jnp.asarray(_values(rng, (2, 16, 32)), jnp.bfloat16)
+  w = jnp.asarray(_values(rng, (2, 16, 8)), jnp.bfloat16)
+  q = lambda a: mxfp8.quantize(a, rowwise=True, colwise=True)
+  sizes = jnp.array([1, 1], jnp.int32)
+  out = mxfp8.ragged_dot_general(q(x), q(w), sizes, BASIC_DIMENSION_NUMBERS,
+                                 preferred_element_type=jnp.float32)
+  # x contracts its axis 1, the second to last: the GEMM reads its colwise blocks.
+  want = jax.lax.ragged_dot_general(mxfp8.dequantize(q(x), jnp.float32, colwise=True),
+                                    mxfp8.dequantize(q(w), jnp.float32, colwise=True), sizes,
+                                    BASIC_DIMENSION_NUMBERS, precision=jax.lax.Precision.HIGHEST)
+  np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
 def test_contracting_a_blockless_axis_is_rejected():

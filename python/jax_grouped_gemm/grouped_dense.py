@@ -83,6 +83,9 @@ def grouped_dense(x, kernel, group_sizes, *, recipe: MXFP8Recipe | None = None,
   """y [M, N] = x [M, K] . kernel[group of the row]; see the module docstring."""
   if recipe is not None and not isinstance(recipe, MXFP8Recipe):
     raise TypeError(f"recipe: expected None or jgg.MXFP8Recipe, got {recipe!r}")
+  if isinstance(x, MXFP8Tensor):
+    raise TypeError("x: expected an array (grouped_dense quantizes x as its recipe says; "
+                    "multiply a pre-quantized x with jgg.mxfp8.ragged_dot)")
   x = jnp.asarray(x)
   prequantized = isinstance(kernel, MXFP8Tensor)
   kernel = kernel if prequantized else jnp.asarray(kernel)

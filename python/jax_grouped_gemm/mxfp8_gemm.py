@@ -79,6 +79,7 @@ dimension numbers, result dtype) from static facts only:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable
 
 import jax
@@ -96,7 +97,7 @@ from jax_grouped_gemm.ragged_gemm_ops import vary_alike, varying_like
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import ragged_dot_general as plain_ragged_dot_general
 from jax_grouped_gemm.ragged_dot import result_aval
-from jax_grouped_gemm.mxfp8.quantize import dequantize
+from jax_grouped_gemm.mxfp8.quantize import check_tensor, dequantize
 from jax_grouped_gemm.mxfp8.tensor import MXFP8Tensor
 
 E4M3, E5M2 = jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2)
@@ -216,6 +217,23 @@ BACKEND_ENV = "JGG_MXFP8_BACKEND"
 
 
 def _blockscaled_backend(problem: MXFP8GemmProblem) -> jax.Array:
+  """The block-scaled call where its token operands were quantized with the GEMM's group
+  sizes, else the dequantize backend. The kernel locates their scales by the GEMM's sizes,
+  so other values would misread them; where the operands do not hold the GEMM's very
+  array, the values are compared on the device (a conditional: no host sync)."""
+  grouped = (problem.lhs, problem.rhs) if _blockscaled_gemm(problem.dimension_numbers) == 2 else (
+      problem.lhs,)
+  unproven = [q.tensor.group_sizes for q in grouped
+              if q.tensor.group_sizes is not problem.group_sizes]
+  if not unproven:
+    return _blockscaled_call(problem)
+  gemm_sizes = to_int32(problem.group_sizes)
+  same = functools.reduce(jnp.logical_and,
+                          [jnp.all(to_int32(s) == gemm_sizes) for s in unproven])
+  return lax.cond(same, lambda: _blockscaled_call(problem), lambda: _dequantize_backend(problem))
+
+
+def _blockscaled_call(problem: MXFP8GemmProblem) -> jax.Array:
   """One block-scaled grouped GEMM call: group g's operands and swizzled scales in place."""
   lhs, rhs = problem.lhs, problem.rhs
   gemm = _blockscaled_gemm(problem.dimension_numbers)
@@ -260,6 +278,8 @@ def fused_few_rows_misfit(problem: MXFP8GemmProblem) -> str | None:
   dims = _as_tuples(problem.dimension_numbers)
   if dims not in (_as_tuples(BASIC_DIMENSION_NUMBERS), _as_tuples(DGRAD_DIMENSION_NUMBERS)):
     return "not the forward's or dgrad's dimension numbers"
+  if len(lhs.tensor.shape) != 2:
+    return "x is not a matrix"
   # The orientation follows from the dimension numbers: the forward's w colwise, dgrad's rowwise.
   assert not lhs.colwise and rhs.colwise == (dims == _as_tuples(BASIC_DIMENSION_NUMBERS))
   if rhs.tensor.layout != "same_dims":
@@ -418,6 +438,7 @@ def resolve_problem(lhs, rhs, group_sizes, dims, precision=None, preferred_eleme
 
 def _oriented(name, q: MXFP8Tensor, contract, ragged_axis, group_sizes) -> MXFP8Operand:
   """The orientation of q whose blocks run along its one contracted axis."""
+  check_tensor(name, q)
   rank = len(q.shape)
   if len(contract) != 1:
     raise TypeError(f"{name}: an MXFP8 operand must contract exactly one axis (its 32-blocks "

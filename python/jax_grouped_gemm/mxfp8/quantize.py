@@ -176,6 +176,38 @@ def _quantize_tiles(x, group_sizes, layout, element_dtype, rowwise, colwise, swi
           data_out(outs[2]) if colwise else None, scales_out(outs[3], True) if colwise else None)
 
 
+_LAYOUT_RANKS = {"dense": 2, "varying_first": 2, "varying_last": 2, "same_dims": 3,
+                 "varying_both": 3}
+
+
+def check_tensor(name: str, q: MXFP8Tensor) -> None:
+  """Raises a TypeError naming `name` where q's leaves are not what quantize gives for its
+  layout and scale layout (a hand-built, relabelled or vmapped-over tensor), so a kernel
+  never reads its bytes in another layout's order."""
+  shape, rank = q.shape, _LAYOUT_RANKS[q.layout]
+  if len(shape) != rank:
+    raise TypeError(f"{name}: an MXFP8 tensor of layout {q.layout!r} has rank {rank}, got shape "
+                    f"{shape} (under vmap, map the GEMM, not the quantized operand)")
+  swizzled = q.scale_layout == "swizzled"
+  for colwise in (False, True):
+    if not (q.colwise if colwise else q.rowwise):
+      continue
+    data, scales = q.orientation(colwise)
+    which = "colwise" if colwise else "rowwise"
+    if data.dtype not in ELEMENT_DTYPES or tuple(data.shape) != shape:
+      raise TypeError(f"{name}: {which} data must be float8_e4m3fn or float8_e5m2 of shape "
+                      f"{shape}, got {data.dtype}{list(data.shape)}")
+    if q.layout in TILED_LAYOUTS:
+      expected = TileView.for_tensor(q.layout, shape).scale_leaf_shape(colwise, swizzled)
+    else:
+      expected = (_native.mxfp8_scale_bytes(LAYOUT_CODES[q.layout], q.group_sizes.shape[0],
+                                            *shape),)
+    if scales.dtype != jnp.uint8 or tuple(scales.shape) != tuple(expected):
+      raise TypeError(f"{name}: {which} scales of layout {q.layout!r} with {q.scale_layout} "
+                      f"scales must be uint8{list(expected)}, got {scales.dtype}"
+                      f"{list(scales.shape)}")
+
+
 def dequantize(q: MXFP8Tensor, dtype=jnp.bfloat16, *, colwise: bool | None = None) -> jax.Array:
   """x' = data * 2^(scale - 127) rounded to `dtype`, of q's logical shape.
 
@@ -185,6 +217,7 @@ def dequantize(q: MXFP8Tensor, dtype=jnp.bfloat16, *, colwise: bool | None = Non
   """
   if not isinstance(q, MXFP8Tensor):
     raise TypeError(f"q: expected an MXFP8Tensor (from jgg.mxfp8.quantize), got {type(q).__name__}")
+  check_tensor("q", q)
   out_dtype = jnp.dtype(dtype)
   if out_dtype not in INPUT_DTYPES:
     raise TypeError(f"dtype: must be one of {_dtype_names(INPUT_DTYPES)}, got {out_dtype}")
