@@ -104,7 +104,7 @@ def _every_code_with_every_scale(cols, fp8):
   row_scales = (np.arange(row_dims[0])[:, None] + np.arange(row_dims[1])) % 256
   col_scales = (np.arange(col_dims[1]) + 37 * np.arange(col_dims[0])[:, None]) % 256
   as_fp8 = lambda a: jax.lax.bitcast_convert_type(jnp.asarray(a), fp8)
-  scales = lambda a: jnp.asarray(a.astype(np.uint8).reshape(-1))
+  scales = lambda a: jnp.asarray(a.astype(np.uint8))  # a matrix's compact scale leaf
   return mxfp8.MXFP8Tensor(as_fp8(row_data), scales(row_scales), as_fp8(col_data),
                            scales(col_scales), None, "dense", "compact")
 
