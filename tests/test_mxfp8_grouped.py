@@ -165,6 +165,16 @@ def test_no_groups():
   assert not np.asarray(mxfp8.dequantize(q)).any()
 
 
+def test_scale_layout_of_no_groups_changes_its_leaf_shapes():
+  """An empty stack has no scale bytes to move, but its leaves take the new layout's shapes:
+  the tensor stays one that dequantize (and every GEMM) accepts."""
+  q = mxfp8.quantize(jnp.ones((0, 40, 64)), rowwise=True, colwise=True)
+  swizzled = mxfp8.with_scale_layout(q, "swizzled")
+  assert swizzled.scale_inv.shape == (0, 1, 512) != q.scale_inv.shape
+  assert mxfp8.dequantize(swizzled).shape == (0, 40, 64)
+  assert mxfp8.with_scale_layout(swizzled, "compact").scale_inv.shape == q.scale_inv.shape
+
+
 def test_many_groups():
   """More groups than a CUDA block has threads: the in-kernel prefix sums run in chunks."""
   rng = np.random.default_rng(4)

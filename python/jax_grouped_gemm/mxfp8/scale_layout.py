@@ -136,16 +136,15 @@ def with_scale_layout(q: MXFP8Tensor, scale_layout: str) -> MXFP8Tensor:
     raise ValueError(f"scale_layout: expected one of {SCALE_LAYOUTS}, got {scale_layout!r}")
   if scale_layout == q.scale_layout:
     return q
-  if q.num_groups == 0:
-    return MXFP8Tensor(q.data, q.scale_inv, q.colwise_data, q.colwise_scale_inv, q.group_sizes,
-                       q.layout, scale_layout)
   extents, offsets = group_extents(q), scale_offsets(q)
   to_swizzled = scale_layout == "swizzled"
 
   def convert(scales, colwise):
     if scales is None:
       return None
-    flat = _convert(scales.reshape(-1), extents, offsets, colwise, to_swizzled)
+    flat = scales.reshape(-1)
+    if q.num_groups:  # no groups: no bytes to move, only the leaf's (empty) shape
+      flat = _convert(flat, extents, offsets, colwise, to_swizzled)
     return flat.reshape(scale_leaf_shape(q.layout, q.shape, colwise, scale_layout))
 
   return MXFP8Tensor(q.data, convert(q.scale_inv, False), q.colwise_data,
