@@ -32,6 +32,9 @@ LAYOUTS = {
     "wgrad_transposed_operands": ((8, 30), (6, 30), (3,), Dims((([1], [1]), ([], [])), [1], [])),
     "wgrad_outer_contracting": ((5, 30, 8), (5, 30, 6), (5, 3),
                                 Dims((([0, 1], [0, 1]), ([], [])), [1], [])),
+    # An outer contracting dim of size 0: the result is a sum over nothing, zeros.
+    "wgrad_outer_contracting_of_size_0": ((0, 30, 8), (0, 30, 6), (0, 3),
+                                          Dims((([0, 1], [0, 1]), ([], [])), [1], [])),
     "wgrad_inner_contracting": ((30, 5, 8), (30, 5, 6), (3,),
                                 Dims((([0, 1], [0, 1]), ([], [])), [0], [])),
     "ragged_batch": ((3, 10, 8), (3, 8, 6), (3,), Dims((([2], [1]), ([0], [0])), [0], [])),

@@ -292,6 +292,7 @@ def _ragged_contracting(lhs, rhs, group_sizes, group_offset, dims, out_aval, out
                      out_dtype=kernel_dtype,
                      out_sharding=_with_unit_axis(out_sharding, 1) if plain else None)
   if outer_size != 1:
-    out = out.reshape((num_groups, batch // outer_size, outer_size, p, n)).sum(axis=2)
+    # The batch dims' size from the shape, not batch // outer_size: an outer dim may be 0.
+    out = out.reshape((num_groups, _size(lhs.shape, lhs_batch), outer_size, p, n)).sum(axis=2)
     out = out.astype(out_aval.dtype)
   return out.reshape(out_aval.shape)
