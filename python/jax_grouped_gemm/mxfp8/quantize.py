@@ -23,6 +23,7 @@ import numpy as np
 
 from jax_grouped_gemm import _native, batch_partitionable
 from jax_grouped_gemm.group_sizes import to_int32
+from jax_grouped_gemm.mxfp8.scale_layout import scale_leaf_shape
 from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, LAYOUT_CODES, SCALE_LAYOUTS, MXFP8Tensor
 from jax_grouped_gemm.mxfp8.tile_view import BATCH_DIMS, DATA_ORDER, TileView
 
@@ -136,8 +137,8 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
         x, group_sizes, layout, element_dtype, rowwise, colwise, swizzled, attributes)
   else:
     data_struct = jax.ShapeDtypeStruct(x.shape, element_dtype)
-    scale_bytes = _native.mxfp8_scale_bytes(code, group_sizes.shape[0], *x.shape)
-    scale_struct = jax.ShapeDtypeStruct((scale_bytes,), jnp.uint8)
+    scale_struct = jax.ShapeDtypeStruct(
+        scale_leaf_shape(layout, x.shape, False, scale_layout, group_sizes.shape[0]), jnp.uint8)
     empty_data = jax.ShapeDtypeStruct((0,), element_dtype)
     empty_scales = jax.ShapeDtypeStruct((0,), jnp.uint8)
     row_data, row_scales, col_data, col_scales = _ragged_call(
@@ -188,7 +189,6 @@ def check_tensor(name: str, q: MXFP8Tensor) -> None:
   if len(shape) != rank:
     raise TypeError(f"{name}: an MXFP8 tensor of layout {q.layout!r} has rank {rank}, got shape "
                     f"{shape} (under vmap, map the GEMM, not the quantized operand)")
-  swizzled = q.scale_layout == "swizzled"
   for colwise in (False, True):
     if not (q.colwise if colwise else q.rowwise):
       continue
@@ -197,11 +197,7 @@ def check_tensor(name: str, q: MXFP8Tensor) -> None:
     if data.dtype not in ELEMENT_DTYPES or tuple(data.shape) != shape:
       raise TypeError(f"{name}: {which} data must be float8_e4m3fn or float8_e5m2 of shape "
                       f"{shape}, got {data.dtype}{list(data.shape)}")
-    if q.layout in TILED_LAYOUTS:
-      expected = TileView.for_tensor(q.layout, shape).scale_leaf_shape(colwise, swizzled)
-    else:
-      expected = (_native.mxfp8_scale_bytes(LAYOUT_CODES[q.layout], q.group_sizes.shape[0],
-                                            *shape),)
+    expected = scale_leaf_shape(q.layout, shape, colwise, q.scale_layout, q.num_groups)
     if scales.dtype != jnp.uint8 or tuple(scales.shape) != tuple(expected):
       raise TypeError(f"{name}: {which} scales of layout {q.layout!r} with {q.scale_layout} "
                       f"scales must be uint8{list(expected)}, got {scales.dtype}"

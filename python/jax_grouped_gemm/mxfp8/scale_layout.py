@@ -17,8 +17,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from jax_grouped_gemm import _native
 from jax_grouped_gemm.group_sizes import group_ends
-from jax_grouped_gemm.mxfp8.tensor import SCALE_LAYOUTS, MXFP8Tensor
+from jax_grouped_gemm.mxfp8.tensor import LAYOUT_CODES, SCALE_LAYOUTS, MXFP8Tensor
 from jax_grouped_gemm.mxfp8.tile_view import TileView
 
 TILE_ROWS, TILE_COLS = 128, 4
@@ -73,11 +74,12 @@ def unswizzle_scale_matrix(flat, rows: int, cols: int):
   return flat[..., swizzled_index(i, j, cols).reshape(-1)].reshape(flat.shape[:-1] + (rows, cols))
 
 
-def scale_leaf_shape(layout: str, shape, colwise: bool, scale_layout: str) -> tuple[int, ...]:
-  """The shape of a scale leaf: flat for the ragged layouts, along the data axes for a
-  matrix or stack (tile_view.py says how)."""
+def scale_leaf_shape(layout: str, shape, colwise: bool, scale_layout: str,
+                     num_groups: int) -> tuple[int, ...]:
+  """The shape of a scale leaf: flat for the ragged layouts (the worst case of `num_groups`
+  groups, sized by C++), along the data axes for a matrix or stack (tile_view.py says how)."""
   if layout in ("varying_first", "varying_last"):
-    return (-1,)
+    return (_native.mxfp8_scale_bytes(LAYOUT_CODES[layout], num_groups, *shape),)
   return TileView.for_tensor(layout, shape).scale_leaf_shape(colwise, scale_layout == "swizzled")
 
 
@@ -145,7 +147,8 @@ def with_scale_layout(q: MXFP8Tensor, scale_layout: str) -> MXFP8Tensor:
     flat = scales.reshape(-1)
     if q.num_groups:  # no groups: no bytes to move, only the leaf's (empty) shape
       flat = _convert(flat, extents, offsets, colwise, to_swizzled)
-    return flat.reshape(scale_leaf_shape(q.layout, q.shape, colwise, scale_layout))
+    return flat.reshape(scale_leaf_shape(q.layout, q.shape, colwise, scale_layout,
+                                         q.num_groups))
 
   return MXFP8Tensor(q.data, convert(q.scale_inv, False), q.colwise_data,
                      convert(q.colwise_scale_inv, True), q.group_sizes, q.layout, scale_layout)
