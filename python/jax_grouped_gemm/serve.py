@@ -273,7 +273,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       return
     start = time.perf_counter()
     header = self.headers.get("Content-Length") or "0"
-    length = int(header) if header.isdigit() else -1
+    length = int(header) if header.isascii() and header.isdigit() else -1
     if length < 0:  # unreadable: the body's end is unknown, the connection cannot be reused
       self.close_connection = True
       self._reply(400, {"error": f"Content-Length: expected a byte count, got {header!r}"})
