@@ -136,3 +136,20 @@ def test_trace_time_errors_name_the_argument(name):
   args.update(overrides)
   with pytest.raises(TypeError, match=message):
     jax.jit(jgg.ragged_dot).lower(**args)
+
+
+_NT = lax.RaggedDotDimensionNumbers
+
+
+@pytest.mark.parametrize("dims, group_sizes", [
+    (_NT((([1], [1]), ([], [])), [0], [3]), jnp.array([2, 3], jnp.int32)),   # past rhs's rank
+    (_NT((([1], [1]), ([], [])), [0], [-1]), jnp.array([2, 3], jnp.int32)),  # negative
+    (_NT((([1], [1]), ([], [])), [0], [0]), jnp.array(5, jnp.int32)),        # rank-0 sizes
+], ids=["group_dim_past_rank", "group_dim_negative", "scalar_group_sizes"])
+def test_group_offset_leaves_bad_dimension_numbers_to_jaxs_shape_rule(dims, group_sizes):
+  lhs, rhs = jnp.ones((5, 3)), jnp.ones((2, 3, 4))
+  with pytest.raises(TypeError) as expected:
+    lax.ragged_dot_general(lhs, rhs, group_sizes, dims)
+  with pytest.raises(TypeError) as ours:
+    jgg.ragged_dot_general(lhs, rhs, group_sizes, dims, group_offset=jnp.zeros((1,), jnp.int32))
+  assert str(ours.value) == str(expected.value)

@@ -140,13 +140,22 @@ def _mode(lhs_ndim: int, dims) -> Mode:
   return Mode.RAGGED_NONCONTRACTING
 
 
+def _rhs_group_dim(rhs_ndim: int, dims, group_sizes) -> int | None:
+  """rhs's group dimension where the dimension numbers and group_sizes name a valid one;
+  None otherwise, and jax.lax's shape rule (result_aval) then reports what is wrong."""
+  if len(dims.rhs_group_dimensions) != 1 or len(group_sizes.shape) < 1:
+    return None
+  d = dims.rhs_group_dimensions[0]
+  return d if 0 <= d < rhs_ndim else None
+
+
 def _checked_group_offset(group_offset, mode, rhs, dims, group_sizes):
   group_offset = checked_group_offset(group_offset)
-  if mode is Mode.RAGGED_NONCONTRACTING:
-    local = rhs.shape[dims.rhs_group_dimensions[0]] if dims.rhs_group_dimensions else None
-    if local is not None and local > group_sizes.shape[-1]:
-      raise TypeError(f"rhs: holds {local} groups, more than the {group_sizes.shape[-1]} of "
-                      "group_sizes (with group_offset, rhs holds a slice of the groups)")
+  d = _rhs_group_dim(rhs.ndim, dims, group_sizes)
+  if mode is Mode.RAGGED_NONCONTRACTING and d is not None:
+    if rhs.shape[d] > group_sizes.shape[-1]:
+      raise TypeError(f"rhs: holds {rhs.shape[d]} groups, more than the {group_sizes.shape[-1]} "
+                      "of group_sizes (with group_offset, rhs holds a slice of the groups)")
   return group_offset
 
 
@@ -158,8 +167,9 @@ def result_aval(lhs, rhs, group_sizes, dims, precision, preferred_element_type,
   its operands' logical shapes."""
   mode = _mode(len(lhs.shape), dims)
   rhs_shape = list(rhs.shape)
-  if has_offset and mode is Mode.RAGGED_NONCONTRACTING and dims.rhs_group_dimensions:
-    rhs_shape[dims.rhs_group_dimensions[0]] = group_sizes.shape[-1]  # rhs holds a slice
+  d = _rhs_group_dim(len(rhs_shape), dims, group_sizes)
+  if has_offset and mode is Mode.RAGGED_NONCONTRACTING and d is not None:
+    rhs_shape[d] = group_sizes.shape[-1]  # rhs holds a slice
   struct = lambda shape, dtype: jax.ShapeDtypeStruct(tuple(shape), dtype)
   mesh = jax.sharding.get_abstract_mesh()
   replicated = NamedSharding(mesh, P()) if not mesh.empty and mesh.explicit_axes else None
