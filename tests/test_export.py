@@ -354,3 +354,22 @@ def test_cpu_made_artifact_runs_on_the_gpu():
   (on_cpu,) = artifact.call_flat(*jax.device_put((x,) + artifact.params, cpu))
   # Exported with matmul precision "highest": no TF32 on the GPU, f32 sums in another order.
   assert reference.relative_error(on_gpu, on_cpu) < 1e-4
+
+
+def test_symbolic_ragged_rows_export_and_a_symbolic_batch_is_refused_by_name():
+  struct = jax.ShapeDtypeStruct
+  (m,) = jax.export.symbolic_shape("m")
+  exported = jgg.export.export(jgg.ragged_dot, struct((m, 3), jnp.float32),
+                               struct((2, 3, 4), jnp.float32), struct((2,), jnp.int32),
+                               platforms=("cpu",))
+  x, w = jnp.asarray(np.random.default_rng(0).normal(size=(5, 3)), jnp.float32), jnp.ones((2, 3, 4))
+  sizes = jnp.array([2, 3], jnp.int32)
+  np.testing.assert_allclose(exported.call(x, w, sizes), reference.ragged_m(x, w, sizes),
+                             rtol=1e-5, atol=1e-6)
+
+  (b,) = jax.export.symbolic_shape("b")
+  dims = jax.lax.RaggedDotDimensionNumbers((([2], [2]), ([0], [1])), [1], [0])
+  with pytest.raises(TypeError, match=r"symbolic batch size \(b\) is not supported"):
+    jgg.export.export(lambda x, w, s: jgg.ragged_dot_general(x, w, s, dims),
+                      struct((b, 7, 3), jnp.float32), struct((3, b, 3, 4), jnp.float32),
+                      struct((b, 3), jnp.int32), platforms=("cpu",))
