@@ -272,3 +272,29 @@ def test_mxfp8_recipe_on_explicit_axes_returns_typed_gradients(x_spec, kernel_sp
       assert jax.typeof(gradient).sharding.spec == jax.typeof(primal).sharding.spec
   for a, b in zip(got, want):
     np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+@pytest.mark.parametrize("recipe", [None, jgg.MXFP8Recipe()], ids=["plain", "mxfp8"])
+def test_differentiates_inside_shard_map_with_a_replicated_kernel(recipe):
+  """Data parallel in shard_map: x and the group sizes split, the kernel replicated. The
+  kernel's gradient is the sum over shards (pcast's transpose), as unsharded."""
+  from jax.sharding import PartitionSpec as P
+  from sharding_checks import cpu_mesh
+
+  mesh = cpu_mesh((8,), ("x",))
+  rng = np.random.default_rng(5)
+  x = jnp.asarray(rng.standard_normal((8 * 16, 64)), jnp.float32)
+  kernel = jnp.asarray(rng.standard_normal((2, 64, 32)), jnp.float32)
+  sizes = jnp.asarray(rng.integers(0, 9, (8, 2)), jnp.int32)  # per shard: 16 rows, 2 groups
+
+  def shard_loss(x, kernel, sizes):
+    return jax.lax.psum((jgg.grouped_dense(x, kernel, sizes, recipe=recipe) ** 2).sum(), "x")
+  loss = jax.shard_map(shard_loss, mesh=mesh, in_specs=(P("x"), P(), P("x")), out_specs=P())
+  got = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, kernel, sizes.reshape(-1))
+
+  def unsharded_loss(x, kernel):
+    return sum((jgg.grouped_dense(x[16 * i:16 * (i + 1)], kernel, sizes[i], recipe=recipe) ** 2).sum()
+               for i in range(8))
+  want = jax.grad(unsharded_loss, argnums=(0, 1))(x, kernel)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-4)

@@ -207,6 +207,15 @@ def test_swizzle_helpers_round_trip(dims):
   np.testing.assert_array_equal(np.asarray(mxfp8.unswizzle_scale_matrix(jnp.asarray(flat), *dims)), m)
 
 
+@pytest.mark.parametrize("flat_len, dims, message", [
+    (100 * 4, (128, 4), r"flat: expected \[..., 512\]"),  # a cut buffer
+    (512, (64, 8), r"rows, cols: expected dims padded"),  # same bytes, dims not in tiles
+], ids=["cut", "unpadded"])
+def test_unswizzle_refuses_what_swizzle_cannot_give(flat_len, dims, message):
+  with pytest.raises(ValueError, match=message):
+    mxfp8.unswizzle_scale_matrix(np.zeros((flat_len,), np.uint8), *dims)
+
+
 def test_scale_buffer_sizes_are_the_padded_tiles():
   # A single matrix: rowwise [roundup(rows, 128), roundup(cols / 32, 4)] and the colwise mirror.
   for rows, cols in ((1, 1), (128, 128), (129, 33), (1000, 4096)):
@@ -265,6 +274,12 @@ def test_lowers_to_our_custom_calls():
     (lambda: mxfp8.quantize(jnp.ones((4, 32)), jnp.ones((2,), jnp.float32)), "group_sizes: dtype"),
     (lambda: mxfp8.quantize(jnp.ones((4, 32)), jnp.ones((2,), jnp.int32), ragged_axis=2),
      "ragged_axis"),
+    (lambda: mxfp8.quantize(jnp.ones((4, 32)), jnp.ones((2,), jnp.int32), ragged_axis=True),
+     "ragged_axis: expected an int"),
+    (lambda: mxfp8.quantize(jnp.ones((4, 32)), ragged_axis=1), "ragged_axis: only group sizes"),
+    (lambda: mxfp8.quantize(jnp.ones((2, 4, 32)), jnp.ones((2, 2), jnp.int32), ragged_axis=1),
+     "ragged_axis: only group sizes"),
+    (lambda: mxfp8.quantize(mxfp8.quantize(jnp.ones((4, 32)))), "x: already an MXFP8Tensor"),
     (lambda: mxfp8.quantize(jnp.ones((3, 4, 32)), jnp.ones((2, 2), jnp.int32)), "x: with group_sizes"),
     (lambda: mxfp8.quantize(jnp.ones((3, 4, 32)), jnp.ones((3, 3), jnp.int32)), "group_sizes: expected"),
     (lambda: mxfp8.dequantize(jnp.ones((4, 32))), "q: expected an MXFP8Tensor"),

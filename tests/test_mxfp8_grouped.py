@@ -156,6 +156,12 @@ def test_sizes_wider_than_int32_saturate():
   sizes = [7, 2**32 - 1, 0]
   q = mxfp8.quantize(x, jnp.asarray(np.array(sizes, np.uint32)), rowwise=True, colwise=True)
   check_grouped(q, x, "varying_first", sizes, jnp.float8_e4m3fn)
+  # Host int64 sizes (a Python list, NumPy's default) saturate too; jnp.asarray alone
+  # would wrap 2**32 + 8 to 8 with x64 off.
+  sizes = [7, 2**32 + 8, 0]
+  for host in (sizes, np.array(sizes)):
+    q = mxfp8.quantize(x, host, rowwise=True, colwise=True)
+    check_grouped(q, x, "varying_first", sizes, jnp.float8_e4m3fn)
 
 
 def test_no_groups():

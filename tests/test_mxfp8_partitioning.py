@@ -201,3 +201,29 @@ def test_explicit_axes_mxfp8_product_takes_out_sharding():
         x, qw, sizes)
     assert tuple(jax.typeof(out).sharding.spec) == (None, "model")
   np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
+
+
+@pytest.mark.parametrize("layout", ["varying_first", "same_dims"])
+def test_inside_shard_map_results_vary_over_the_inputs_axes(layout):
+  """quantize / dequantize results carry x's varying manual axes: a per-shard value cannot
+  leave through out_specs=P() (only shard 0's would come back) and a scan carries it."""
+  mesh = cpu_mesh((8,), ("x",))
+  sizes = jnp.array([10, 0, 22], jnp.int32) if layout == "varying_first" else None
+  shape = (8 * 32, 40) if layout == "varying_first" else (8 * 2, 32, 40)
+  rng = np.random.default_rng(3)
+  x = jnp.asarray(rng.standard_normal(shape) * np.exp2(rng.integers(-8, 8, shape)), jnp.float32)
+
+  def round_trip(block):
+    q = mxfp8.quantize(block, sizes, rowwise=True, colwise=True)
+    return mxfp8.dequantize(q, jnp.float32)
+
+  replicated_out = jax.shard_map(round_trip, mesh=mesh, in_specs=P("x"), out_specs=P())
+  with pytest.raises(ValueError, match="out_specs"):
+    jax.jit(replicated_out)(x)
+
+  def scanned(block):
+    return jax.lax.scan(lambda c, _: (round_trip(c), None), block, None, length=2)[0]
+  per_shard = jax.jit(jax.shard_map(scanned, mesh=mesh, in_specs=P("x"), out_specs=P("x")))(x)
+  blocks = jnp.split(x, 8)
+  want = jnp.concatenate([round_trip(round_trip(b)) for b in blocks])
+  np.testing.assert_array_equal(np.asarray(per_shard), np.asarray(want))

@@ -6,6 +6,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jax_grouped_gemm as jgg
 import multidevice
@@ -136,3 +137,24 @@ def shard_map_body():
 
 def test_shard_map_on_8_devices():
   multidevice.run_on_cpu_devices("test_mxfp8_tensor", "shard_map_body", count=8)
+
+
+def test_dequantize_checks_the_group_sizes_a_layout_needs():
+  """Hand-built or relabelled tensors: the group sizes their layout needs, of any integer
+  type (narrowed like quantize's), else a TypeError naming them."""
+  import dataclasses
+  sizes = jnp.asarray([30, 34], jnp.int32)
+  x = jnp.asarray(np.random.default_rng(2).normal(size=(64, 64)), jnp.float32)
+  q = jgg.mxfp8.quantize(x, sizes)
+  narrow = dataclasses.replace(q, group_sizes=sizes.astype(jnp.int16))
+  np.testing.assert_array_equal(np.asarray(jgg.mxfp8.dequantize(narrow)),
+                                np.asarray(jgg.mxfp8.dequantize(q)))
+  stack = jgg.mxfp8.quantize(jnp.ones((2, 64, 8)), colwise=True)
+  for bad, message in (
+      (dataclasses.replace(q, group_sizes=None), "needs integer group_sizes \\[G\\], got None"),
+      (dataclasses.replace(q, group_sizes=sizes.astype(jnp.float32)), "got float32\\[2\\]"),
+      (dataclasses.replace(q, group_sizes=sizes[:, None]), "got int32\\[2, 1\\]"),
+      (dataclasses.replace(stack, group_sizes=sizes), "'same_dims' has no group sizes"),
+      (dataclasses.replace(q, data=None, scale_inv=None), "needs rowwise or colwise data")):
+    with pytest.raises(TypeError, match="q: .*" + message):
+      jgg.mxfp8.dequantize(bad)

@@ -114,6 +114,13 @@ def test_sizes_and_offsets_wider_than_int32_saturate():
   out = jgg.ragged_dot(lhs, rhs[:2], jnp.array([5, 5, 5], jnp.int32),
                        group_offset=past_every_group)
   _check(out, reference.ragged_m(lhs, rhs[:2], [5, 5, 5], group_offset=2**32 - 1))
+  # Host int64 values (NumPy's default, Python lists) saturate too, x64 or not: jnp.asarray
+  # alone would wrap 2**32 + 8 to 8 with x64 off.
+  for host in (np.array([2**32 + 8, 0, 3]), [2**32 + 8, 0, 3]):
+    _check(jgg.ragged_dot(lhs, rhs, host), reference.ragged_m(lhs, rhs, [2**32 + 8, 0, 3]))
+  out = jgg.ragged_dot(lhs, rhs[:2], jnp.array([5, 5, 5], jnp.int32),
+                       group_offset=np.array([2**32 + 1]))
+  _check(out, reference.ragged_m(lhs, rhs[:2], [5, 5, 5], group_offset=2**32 + 1))
 
 
 @pytest.mark.parametrize("dtype", [jnp.int32, jnp.int8, jnp.bool_, jnp.float8_e4m3fn])

@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxlib.mlir import ir
 
 from jax_grouped_gemm import _native
+from jax_grouped_gemm.ragged_gemm_ops import vary_alike, varying_like
 
 BATCHED_SUFFIX = "_group_batched"
 
@@ -102,6 +103,7 @@ def call(target: str, results: Sequence[jax.ShapeDtypeStruct], *operands, num_ba
                      f"{[r.shape for r in results]}")
   layouts = tuple(None if l is None else tuple(l) for l in
                   (layouts or [None] * (len(operands) + len(results))))
+  operands = vary_alike(*operands)  # inside shard_map: one set of manual axes (_abstract_eval)
   return _call_p.bind(*operands, target=target,
                       results=tuple((tuple(r.shape), jnp.dtype(r.dtype)) for r in results),
                       num_batch_dims=num_batch_dims, layouts=layouts,
@@ -111,14 +113,16 @@ def call(target: str, results: Sequence[jax.ShapeDtypeStruct], *operands, num_ba
 def _abstract_eval(*operands, target, results, num_batch_dims, layouts, attributes):
   del target, layouts, attributes
   # On meshes of Explicit axes the results are split along the batch axes as the first
-  # operand is (the rule gathers every other dimension).
-  like = operands[0].sharding
-  if like.mesh.empty or not like.mesh.explicit_axes:
-    return [jax.core.ShapedArray(shape, dtype) for shape, dtype in results]
-  batch_spec = tuple(like.spec)[:num_batch_dims]
+  # operand is (the rule gathers every other dimension). Inside shard_map they vary over the
+  # manual axes the operands vary over.
+  like = operands[0]
+  mesh = like.sharding.mesh
+  if mesh.empty or not mesh.explicit_axes:
+    return [varying_like(shape, dtype, like) for shape, dtype in results]
+  batch_spec = tuple(like.sharding.spec)[:num_batch_dims]
   batch_spec += (None,) * (num_batch_dims - len(batch_spec))
-  return [jax.core.ShapedArray(shape, dtype, sharding=NamedSharding(
-      like.mesh, P(*batch_spec, *[None] * (len(shape) - num_batch_dims))))
+  return [varying_like(shape, dtype, like, NamedSharding(
+      mesh, P(*batch_spec, *[None] * (len(shape) - num_batch_dims))))
           for shape, dtype in results]
 
 

@@ -11,27 +11,42 @@ where wrapping would turn 2**32 - 1 rows into none.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 _INT32 = jnp.iinfo(jnp.int32)
 
 
+def _saturated(values, xp):
+  """Integer `values` (of array module xp) as int32, saturating."""
+  if values.dtype == xp.int32:
+    return values
+  info = np.iinfo(values.dtype)
+  if info.max > _INT32.max:
+    values = xp.minimum(values, _INT32.max)
+  if info.min < _INT32.min:
+    values = xp.maximum(values, _INT32.min)
+  return values.astype(xp.int32)
+
+
+def sizes_array(values):
+  """jnp.asarray for group sizes and offsets: host integers (lists, NumPy arrays) are
+  saturated to int32 first, since jnp.asarray would wrap int64 values with x64 off."""
+  if isinstance(values, (list, tuple, int, np.ndarray, np.generic)):
+    host = np.asarray(values)
+    if np.issubdtype(host.dtype, np.integer):
+      values = _saturated(host, np)
+  return jnp.asarray(values)
+
+
 def to_int32(values):
   """An integer array as int32, values beyond int32's range saturated to its ends."""
-  values = jnp.asarray(values)
-  if values.dtype == jnp.int32:
-    return values
-  info = jnp.iinfo(values.dtype)
-  if info.max > _INT32.max:
-    values = jnp.minimum(values, _INT32.max)
-  if info.min < _INT32.min:
-    values = jnp.maximum(values, _INT32.min)
-  return values.astype(jnp.int32)
+  return _saturated(sizes_array(values), jnp)
 
 
 def checked_group_offset(group_offset):
   """group_offset as the kernels take it: an int32 [1] array (a clear error otherwise)."""
-  group_offset = jnp.asarray(group_offset)
+  group_offset = sizes_array(group_offset)
   if group_offset.shape != (1,) or not jnp.issubdtype(group_offset.dtype, jnp.integer):
     raise TypeError("group_offset: expected an integer array of shape (1,), got "
                     f"{group_offset.dtype}{list(group_offset.shape)}")

@@ -39,7 +39,8 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 
 from jax_grouped_gemm import mxfp8_gemm
-from jax_grouped_gemm.group_sizes import checked_group_offset, to_int32
+from jax_grouped_gemm.group_sizes import checked_group_offset, sizes_array, to_int32
+from jax_grouped_gemm.ragged_gemm_ops import vary_alike
 from jax_grouped_gemm.mxfp8_gemm import DGRAD_DIMENSION_NUMBERS, WGRAD_DIMENSION_NUMBERS
 from jax_grouped_gemm.mxfp8.quantize import INPUT_DTYPES, quantize
 from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, SCALE_LAYOUTS, MXFP8Tensor
@@ -89,7 +90,7 @@ def grouped_dense(x, kernel, group_sizes, *, recipe: MXFP8Recipe | None = None,
   x = jnp.asarray(x)
   prequantized = isinstance(kernel, MXFP8Tensor)
   kernel = kernel if prequantized else jnp.asarray(kernel)
-  group_sizes = jnp.asarray(group_sizes)
+  group_sizes = sizes_array(group_sizes)
   _check_operands(x, kernel, group_sizes, group_offset)
   if recipe is None:
     if prequantized:
@@ -112,7 +113,12 @@ def grouped_dense(x, kernel, group_sizes, *, recipe: MXFP8Recipe | None = None,
                    None if prequantized else _typed_sharding(kernel))
   if group_offset is not None:
     group_offset = checked_group_offset(group_offset)
-  return _mxfp8_grouped_dense(config, x, kernel, to_int32(group_sizes), group_offset)
+  # Inside shard_map every primal varies over the same manual axes, as the plain path's
+  # operands do: a gradient must have its primal's type, and dW of a replicated kernel is
+  # computed from varying x and dy (pcast's transpose sums it over those axes).
+  primals, tree = jax.tree.flatten((x, kernel, to_int32(group_sizes), group_offset))
+  x, kernel, group_sizes, group_offset = jax.tree.unflatten(tree, vary_alike(*primals))
+  return _mxfp8_grouped_dense(config, x, kernel, group_sizes, group_offset)
 
 
 def _check_operands(x, kernel, group_sizes, group_offset):

@@ -92,8 +92,8 @@ import os
 import numpy as np
 
 from jax_grouped_gemm import _native
-from jax_grouped_gemm.group_sizes import to_int32
-from jax_grouped_gemm.ragged_gemm_ops import vary_alike, varying_like
+from jax_grouped_gemm.group_sizes import sizes_array, to_int32
+from jax_grouped_gemm.ragged_gemm_ops import ffi_call_varying
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import ragged_dot_general as plain_ragged_dot_general
 from jax_grouped_gemm.ragged_dot import result_aval
@@ -181,12 +181,10 @@ _FUSED_OUT_DTYPES = tuple(map(jnp.dtype, (jnp.bfloat16, jnp.float16, jnp.float32
 
 
 def _fused_call(target, out_shape, out_dtype, operands, **attributes) -> jax.Array:
-  """ffi_call of a fused kernel. Inside shard_map its operands get the union of the manual
-  axes any of them varies over, and so does the result (ffi_call's own result would vary
-  over none: a type that, e.g., ragged_all_to_all's branches then disagree on)."""
-  operands = vary_alike(*operands)
-  out = varying_like(out_shape, out_dtype, jax.typeof(operands[0]))
-  return jax.ffi.ffi_call(target, out, vmap_method="sequential")(*operands, **attributes)
+  """ffi_call of a fused kernel, typed for shard_map bodies (ffi_call_varying)."""
+  out, = ffi_call_varying(target, (jax.ShapeDtypeStruct(out_shape, out_dtype),), *operands,
+                          **attributes)
+  return out
 
 
 def _fused_few_rows_backend(problem: MXFP8GemmProblem) -> jax.Array:
@@ -246,10 +244,9 @@ def _blockscaled_call(problem: MXFP8GemmProblem) -> jax.Array:
   out = jax.ShapeDtypeStruct(out_shape, problem.out_dtype)
   workspace = jax.ShapeDtypeStruct((_native.mxfp8_blockscaled_workspace_bytes(num_groups),),
                                    jnp.uint8)
-  result, _ = jax.ffi.ffi_call(_native.MXFP8_BLOCKSCALED_TARGET, (out, workspace),
-                               vmap_method="sequential")(
-      lhs.data, lhs.scale_inv, rhs.data, rhs.scale_inv, to_int32(problem.group_sizes),
-      gemm=np.int32(gemm))
+  result, _ = ffi_call_varying(_native.MXFP8_BLOCKSCALED_TARGET, (out, workspace), lhs.data,
+                               lhs.scale_inv, rhs.data, rhs.scale_inv,
+                               to_int32(problem.group_sizes), gemm=np.int32(gemm))
   return result
 
 
@@ -396,7 +393,7 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
 def resolve_problem(lhs, rhs, group_sizes, dims, precision=None, preferred_element_type=None,
                     group_offset=None) -> MXFP8GemmProblem:
   """Checks the MXFP8 operands against the dimension numbers; errors name the argument."""
-  group_sizes = jnp.asarray(group_sizes)
+  group_sizes = sizes_array(group_sizes)
   if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
     raise TypeError(f"group_sizes: expected an integer dtype, got {group_sizes.dtype}")
   (lhs_contract, rhs_contract), _ = dims.dot_dimension_numbers

@@ -34,7 +34,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jax_grouped_gemm import ragged_gemm_ops as ops
-from jax_grouped_gemm.group_sizes import checked_group_offset, to_int32
+from jax_grouped_gemm.group_sizes import checked_group_offset, sizes_array, to_int32
 
 RaggedDotDimensionNumbers = lax.RaggedDotDimensionNumbers
 
@@ -81,7 +81,7 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
     return _resharded(mxfp8_gemm.ragged_dot_general(
         lhs, rhs, group_sizes, ragged_dot_dimension_numbers, precision, preferred_element_type,
         group_offset), out_sharding)
-  lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
+  lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), sizes_array(group_sizes)
   dims = ragged_dot_dimension_numbers
   _check_dtypes(lhs, rhs, group_sizes)
   mode = _mode(lhs.ndim, dims)

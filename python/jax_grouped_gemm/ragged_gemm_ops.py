@@ -115,6 +115,17 @@ def varying_like(shape, dtype, like, sharding=None):
   return jax.core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=like.mat)
 
 
+def ffi_call_varying(target, results, *operands, **attributes):
+  """jax.ffi.ffi_call (vmapped sequentially) for shard_map bodies too: the operands get the
+  union of the manual axes any of them varies over (vary_alike), and so do the results.
+  ffi_call's own results vary over none, so a per-shard result would pass out_specs=P()
+  (only shard 0's value coming back) and break scan carries and cond branches."""
+  operands = vary_alike(*operands)
+  like = jax.typeof(operands[0])
+  types = tuple(varying_like(r.shape, r.dtype, like) for r in results)
+  return jax.ffi.ffi_call(target, types, vmap_method="sequential")(*operands, **attributes)
+
+
 def _result_aval(shape, dtype, operands, spec, out_sharding):
   """The result's type: its sharding is the caller's out_sharding, else, on meshes of
   Explicit axes, the one spec's plan (sharding_rules.py); it varies over the same

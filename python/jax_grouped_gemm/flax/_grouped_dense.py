@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax.nnx.nn import dtypes
 
-from jax_grouped_gemm.group_sizes import group_ends, to_int32
+from jax_grouped_gemm.group_sizes import group_ends, sizes_array, to_int32
 from jax_grouped_gemm.grouped_dense import grouped_dense
 from jax_grouped_gemm.ragged_dot import ragged_dot as jgg_ragged_dot
 
@@ -82,7 +82,7 @@ def apply_grouped_dense(inputs, kernel, group_sizes, *, bias=None, group_offset=
   if kernel.shape[1] != inputs.shape[1]:  # the module's kernel is fixed: the inputs are off
     raise TypeError(f"inputs: expected [rows, {kernel.shape[1]}] (the kernel's in_features), "
                     f"got shape {inputs.shape}")
-  group_sizes = jnp.asarray(group_sizes)
+  group_sizes = sizes_array(group_sizes)
   if group_sizes.ndim != 1:
     raise TypeError(f"group_sizes: expected [groups], got shape {group_sizes.shape}")
   if group_offset is None and group_sizes.shape[0] != kernel.shape[0]:

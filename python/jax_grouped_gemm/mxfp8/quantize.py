@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_grouped_gemm import _native, batch_partitionable
-from jax_grouped_gemm.group_sizes import to_int32
+from jax_grouped_gemm.group_sizes import sizes_array, to_int32
+from jax_grouped_gemm.ragged_gemm_ops import ffi_call_varying
 from jax_grouped_gemm.mxfp8.scale_layout import scale_leaf_shape
 from jax_grouped_gemm.mxfp8.tensor import ELEMENT_DTYPES, LAYOUT_CODES, SCALE_LAYOUTS, MXFP8Tensor
 from jax_grouped_gemm.mxfp8.tile_view import BATCH_DIMS, DATA_ORDER, TileView
@@ -42,6 +43,12 @@ def _dtype_names(dtypes) -> str:
 
 def _grouped_layout(x, group_sizes, ragged_axis) -> str:
   """The layout implied by x's rank and group_sizes' shape (errors name the argument)."""
+  if isinstance(ragged_axis, bool) or not isinstance(ragged_axis, (int, np.integer)):
+    raise TypeError(f"ragged_axis: expected an int, got {ragged_axis!r}")
+  if ragged_axis not in (0, -2) and (group_sizes is None or group_sizes.ndim != 1):
+    raise ValueError(f"ragged_axis: only group sizes of shape [G] split an axis of x; got "
+                     f"ragged_axis={ragged_axis} with group_sizes of shape "
+                     f"{None if group_sizes is None else group_sizes.shape}")
   if group_sizes is None:
     if x.ndim == 2:
       return "dense"
@@ -76,8 +83,7 @@ def _workspace(batch=()):
 
 def _ragged_call(target, results, *operands, **attributes):
   """One call with the whole tensor (varying_first / varying_last)."""
-  outs = jax.ffi.ffi_call(target, (*results, _workspace()), vmap_method="sequential")(
-      *operands, **attributes)
+  outs = ffi_call_varying(target, (*results, _workspace()), *operands, **attributes)
   return outs[:-1]
 
 
@@ -104,6 +110,8 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
     An MXFP8Tensor (a pytree: passes through jit, scan, shard_map; constant
     under grad).
   """
+  if isinstance(x, MXFP8Tensor):
+    raise TypeError("x: already an MXFP8Tensor (dequantize it first to quantize it again)")
   x = jnp.asarray(x)
   if x.dtype not in INPUT_DTYPES:
     raise TypeError(f"x: dtype must be one of {_dtype_names(INPUT_DTYPES)}, got {x.dtype}")
@@ -121,7 +129,7 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
   if not (rowwise or colwise):
     raise ValueError("rowwise, colwise: at least one must be True")
   if group_sizes is not None:
-    group_sizes = jnp.asarray(group_sizes)
+    group_sizes = sizes_array(group_sizes)
     if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
       raise TypeError(f"group_sizes: dtype must be an integer type (int32), got "
                       f"{group_sizes.dtype}")
@@ -181,10 +189,33 @@ _LAYOUT_RANKS = {"dense": 2, "varying_first": 2, "varying_last": 2, "same_dims":
                  "varying_both": 3}
 
 
+_GROUP_SIZES_SHAPES = {"varying_first": "[G]", "varying_last": "[G]", "varying_both": "[G, 2]"}
+
+
+def _check_group_sizes(name: str, q: MXFP8Tensor) -> None:
+  """q.group_sizes as its layout needs them: none for a matrix or a stack, integers [G] or
+  [G, 2] for the ragged layouts (of any integer type: the kernels' int32 by saturation)."""
+  sizes, wanted = q.group_sizes, _GROUP_SIZES_SHAPES.get(q.layout)
+  if wanted is None:
+    if sizes is not None:
+      raise TypeError(f"{name}: an MXFP8 tensor of layout {q.layout!r} has no group sizes, got "
+                      f"group_sizes of shape {jnp.shape(sizes)}")
+    return
+  ok_shape = sizes is not None and (
+      jnp.ndim(sizes) == 1 if q.layout != "varying_both" else jnp.shape(sizes)[1:] == (2,))
+  if not ok_shape or not jnp.issubdtype(jnp.result_type(sizes), jnp.integer):
+    got = "None" if sizes is None else f"{jnp.result_type(sizes)}{list(jnp.shape(sizes))}"
+    raise TypeError(f"{name}: an MXFP8 tensor of layout {q.layout!r} needs integer group_sizes "
+                    f"{wanted}, got {got}")
+
+
 def check_tensor(name: str, q: MXFP8Tensor) -> None:
   """Raises a TypeError naming `name` where q's leaves are not what quantize gives for its
   layout and scale layout (a hand-built, relabelled or vmapped-over tensor), so a kernel
   never reads its bytes in another layout's order."""
+  if not (q.rowwise or q.colwise):
+    raise TypeError(f"{name}: an MXFP8 tensor needs rowwise or colwise data, got neither")
+  _check_group_sizes(name, q)
   shape, rank = q.shape, _LAYOUT_RANKS[q.layout]
   if len(shape) != rank:
     raise TypeError(f"{name}: an MXFP8 tensor of layout {q.layout!r} has rank {rank}, got shape "
@@ -221,7 +252,7 @@ def dequantize(q: MXFP8Tensor, dtype=jnp.bfloat16, *, colwise: bool | None = Non
   data, scales = q.orientation(use_colwise)
   data = jax.lax.stop_gradient(data)
   scales = jax.lax.stop_gradient(scales)
-  group_sizes = None if q.group_sizes is None else jax.lax.stop_gradient(q.group_sizes)
+  group_sizes = None if q.group_sizes is None else to_int32(jax.lax.stop_gradient(q.group_sizes))
   swizzled = q.scale_layout == "swizzled"
   attributes = dict(layout=np.int32(LAYOUT_CODES[q.layout]), colwise=use_colwise,
                     swizzled=swizzled)

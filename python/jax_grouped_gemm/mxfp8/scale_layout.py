@@ -58,11 +58,18 @@ def unswizzled_position(index, padded_cols):
   return i, j
 
 
+def _check_padded(name: str, rows: int, cols: int) -> None:
+  if rows % TILE_ROWS or cols % TILE_COLS:
+    raise ValueError(f"{name}: expected dims padded to multiples of (128, 4), got "
+                     f"({rows}, {cols})")
+
+
 def swizzle_scale_matrix(matrix):
   """A padded compact scale matrix [..., R, C] (R % 128 == 0, C % 4 == 0) -> [..., R*C]."""
+  if len(matrix.shape) < 2:
+    raise ValueError(f"matrix: expected [..., rows, cols], got shape {matrix.shape}")
   rows, cols = matrix.shape[-2:]
-  if rows % TILE_ROWS or cols % TILE_COLS:
-    raise ValueError(f"matrix: expected dims padded to multiples of (128, 4), got {matrix.shape}")
+  _check_padded("matrix", rows, cols)
   i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
   order = np.argsort(swizzled_index(i, j, cols).reshape(-1))
   return matrix.reshape(matrix.shape[:-2] + (rows * cols,))[..., order]
@@ -70,6 +77,9 @@ def swizzle_scale_matrix(matrix):
 
 def unswizzle_scale_matrix(flat, rows: int, cols: int):
   """Inverse of swizzle_scale_matrix: [..., rows*cols] -> [..., rows, cols]."""
+  _check_padded("rows, cols", rows, cols)
+  if len(flat.shape) < 1 or flat.shape[-1] != rows * cols:
+    raise ValueError(f"flat: expected [..., {rows * cols}] (rows * cols), got shape {flat.shape}")
   i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
   return flat[..., swizzled_index(i, j, cols).reshape(-1)].reshape(flat.shape[:-1] + (rows, cols))
 
