@@ -360,8 +360,7 @@ def test_symbolic_ragged_rows_export_and_a_symbolic_batch_is_refused_by_name():
   struct = jax.ShapeDtypeStruct
   (m,) = jax.export.symbolic_shape("m")
   exported = jgg.export.export(jgg.ragged_dot, struct((m, 3), jnp.float32),
-                               struct((2, 3, 4), jnp.float32), struct((2,), jnp.int32),
-                               platforms=("cpu",))
+                               struct((2, 3, 4), jnp.float32), struct((2,), jnp.int32))
   x, w = jnp.asarray(np.random.default_rng(0).normal(size=(5, 3)), jnp.float32), jnp.ones((2, 3, 4))
   sizes = jnp.array([2, 3], jnp.int32)
   np.testing.assert_allclose(exported.call(x, w, sizes), reference.ragged_m(x, w, sizes),
