@@ -5,8 +5,10 @@
 # that order (repeat names to see the run-to-run spread), python/ gets that module and
 # grouped_gemm_bench times it, results checked against jax.lax.ragged_dot; the first
 # name's run also times COMPETITORS_FIRST (torch and dense by default). Each run's
-# results.json comes back as $OUT/run<i>_<name>.json; the tables are printed.
+# results.json comes back as $OUT/run<i>_<name>.json; the tables are printed. A name may
+# carry environment settings for its run after commas (one build, two settings):
 #   VARIANTS="base epi128 base epi128" bash tools/device/gemm_ab.sh
+#   VARIANTS="cur cur,JGG_SM90_PDL=0 cur" bash tools/device/gemm_ab.sh
 set -u
 out=${OUT:-/tmp/jgg-gpu}; mkdir -p "$out" /tmp/gemm_ab
 tar xJf build/ab/gemm_variants.tar.xz -C /tmp/gemm_ab
@@ -14,11 +16,14 @@ root=$PWD
 module=_jgg_native.cpython-312-x86_64-linux-gnu.so
 competitors="ours,${COMPETITORS_FIRST:-torch,dense}"
 run=0
-for v in ${VARIANTS:?names of the builds to bench}; do
+for spec in ${VARIANTS:?names of the builds to bench}; do
   run=$((run + 1))
+  IFS=, read -r -a fields <<< "$spec"
+  build=${fields[0]}
+  v=${spec//[,=]/_}
   # The bench's workers put the checkout's python/ first on their path: the module goes there.
-  cp "/tmp/gemm_ab/$v.so" "$root/python/jax_grouped_gemm/$module"
-  timeout "${BENCH_TIMEOUT:-280}" python3 -m tools.bench.grouped_gemm_bench \
+  cp "/tmp/gemm_ab/$build.so" "$root/python/jax_grouped_gemm/$module"
+  env "${fields[@]:1}" timeout "${BENCH_TIMEOUT:-280}" python3 -m tools.bench.grouped_gemm_bench \
     --shapes "${SHAPES:-mixtral,deepseek-ep8,qwen3-30b,mixtral-zipf,deepseek-ep8-zipf,qwen3-30b-zipf}" \
     --passes "${PASSES:-fwd,dgrad,wgrad}" --competitors "$competitors" --check \
     --out "/tmp/gemm_ab/run$run" > "/tmp/gemm_ab/run$run.log" 2>&1

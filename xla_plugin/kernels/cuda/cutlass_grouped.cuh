@@ -58,16 +58,18 @@ void SetPlainEpilogue(Arguments& args, D** d, StrideD* stride_d) {
 }
 
 // Runs `args` with CUTLASS's workspace in ours (kCutlassWorkspaceBytes); no host sync.
+// `after_preparation`: launched as a programmatic dependent of the kernel before it on the
+// stream, which the GEMM kernel must then wait for itself (WaitsForPreparation).
 template <class Gemm>
 cudaError_t RunCutlass(const typename Gemm::Arguments& args, void* workspace,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, bool after_preparation = false) {
   Gemm gemm;
   if (Gemm::get_workspace_size(args) > static_cast<size_t>(kCutlassWorkspaceBytes))
     return cudaErrorMemoryAllocation;  // the static bound in workspace.h is too small
   if (cudaError_t e = FromCutlass(gemm.can_implement(args)); e != cudaSuccess) return e;
   if (cudaError_t e = FromCutlass(gemm.initialize(args, workspace, stream)); e != cudaSuccess)
     return e;
-  return FromCutlass(gemm.run(stream));
+  return FromCutlass(gemm.run(stream, /*cuda_adapter=*/nullptr, after_preparation));
 }
 
 }  // namespace jgg::cuda

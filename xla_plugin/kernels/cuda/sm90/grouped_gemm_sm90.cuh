@@ -84,6 +84,19 @@ using Pingpong64x128 = TileConfig<Shape<_64, _128, _128>, Shape<_1, _1, _1>,
                                   cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong,
                                   cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
 
+// CUTLASS's kernel behind one wait for the grid before it on the stream (the preparation,
+// whose problem arrays it reads): with that wait the GEMM can be launched as a programmatic
+// dependent of the preparation (RunGrouped), so its launch and the placement of its CTAs
+// overlap the preparation instead of following it. Launched the ordinary way, the wait
+// returns at once.
+template <class Base>
+struct WaitsForPreparation : Base {
+  CUTLASS_DEVICE void operator()(typename Base::Params const& params, char* shared_storage) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    Base::operator()(params, shared_storage);
+  }
+};
+
 template <class Config, class ElementIn, class ElementOut, class LayoutA, class LayoutB>
 struct GroupedGemm {
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K)
@@ -108,8 +121,8 @@ struct GroupedGemm {
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Config::KernelSchedule>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
-                                                      CollectiveEpilogue>;
+  using Kernel = WaitsForPreparation<cutlass::gemm::kernel::GemmUniversal<
+      ProblemShape, CollectiveMainloop, CollectiveEpilogue>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using StrideA = typename Kernel::InternalStrideA;
   using StrideB = typename Kernel::InternalStrideB;
@@ -152,6 +165,8 @@ struct ProblemArrays {
 template <class G, class Problems>
 __global__ void __launch_bounds__(Problems::kPrepareThreads)
     PrepareProblemsKernel(Problems problems, ProblemArrays<G> out) {
+  // The GEMM may launch now: it waits for this whole grid before reading what it writes.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int64_t b = blockIdx.y;
   problems.PrepareBatch(b, blockIdx.x, gridDim.x);
   if (blockIdx.x != 0) return;
@@ -182,6 +197,25 @@ inline bool RasterAlongN() {
   return value;
 }
 
+// Whether the GEMM is launched as a programmatic dependent of its preparation (default), or,
+// with JGG_SM90_PDL=0, after it the ordinary way: for A/B runs; read once per process.
+inline bool LaunchAfterPreparation() {
+  static const bool value = [] {
+    const char* pdl = std::getenv("JGG_SM90_PDL");
+    return pdl == nullptr || pdl[0] != '0';
+  }();
+  return value;
+}
+
+// The preparation kernel with the GEMM's shared-memory carveout, so an SM that ran it takes
+// the GEMM's CTAs without reconfiguring its L1 / shared-memory split first.
+template <class Kernel>
+void PreferSharedMemoryCarveout(Kernel* kernel) {
+  static const cudaError_t once = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  (void)once;  // a preference: the launch is correct either way
+}
+
 // Prepares the problems (PrepareProblemsKernel), then runs the grouped GEMM.
 template <class G, class Problems>
 cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
@@ -190,6 +224,7 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   const ProblemArrays<G> arrays = ProblemArrays<G>::Carve(launch.problem_arguments, count);
   const dim3 grid(static_cast<unsigned>(problems.prepare_parts()),
                   static_cast<unsigned>(problems.batch()));
+  PreferSharedMemoryCarveout(PrepareProblemsKernel<G, Problems>);
   PrepareProblemsKernel<G><<<grid, Problems::kPrepareThreads, 0, launch.stream>>>(problems,
                                                                                   arrays);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
@@ -207,7 +242,8 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   args.hw_info.device_id = launch.device;
   args.hw_info.sm_count = launch.sm_count;
 
-  return RunCutlass<typename G::Gemm>(args, launch.cutlass_workspace, launch.stream);
+  return RunCutlass<typename G::Gemm>(args, launch.cutlass_workspace, launch.stream,
+                                      LaunchAfterPreparation());
 }
 
 }  // namespace jgg::cuda::sm90
