@@ -227,3 +227,34 @@ def test_inside_shard_map_results_vary_over_the_inputs_axes(layout):
   blocks = jnp.split(x, 8)
   want = jnp.concatenate([round_trip(round_trip(b)) for b in blocks])
   np.testing.assert_array_equal(np.asarray(per_shard), np.asarray(want))
+
+
+@pytest.mark.parametrize("spec", [P("model"), P(None, "model"), P(None, None, "model"),
+                                  P("data", None, "model"), P(None, "data")],
+                         ids=["groups", "rows_4_tiles", "cols_4_tiles", "groups_and_cols",
+                              "rows_2_tiles"])
+@pytest.mark.parametrize("scale_layout", ["compact", "swizzled"])
+def test_explicit_axes_stack_of_many_tiles(spec, scale_layout):
+  """A stack of several 128x128 tiles a group, split on Explicit axes: the tile view's
+  reshapes keep the split where the tiles can carry it (gathering a dim whose tiles are
+  fewer than its shards), the leaves are the unsharded ones bit for bit, and dequantize and
+  an MXFP8 product take them."""
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  rng = np.random.default_rng(11)
+  x = jnp.asarray(rng.standard_normal((4, 512, 512)) * np.exp2(rng.integers(-9, 9, (4, 512, 512))),
+                  jnp.bfloat16)
+  quantize = functools.partial(_quantize, sizes=None, scale_layout=scale_layout)
+  want = quantize(x)
+  with jax.set_mesh(mesh):
+    q = jax.jit(quantize)(_put(mesh, x, spec))
+    back = jax.jit(mxfp8.dequantize)(q)
+    lhs = jnp.ones((16, 512), jnp.bfloat16)
+    product = jax.jit(lambda q: jgg.ragged_dot(lhs, q, jnp.array([4, 4, 4, 4], jnp.int32),
+                                               preferred_element_type=jnp.float32))(q)
+  _assert_bit_equal(q, want)
+  np.testing.assert_array_equal(np.asarray(back), np.asarray(mxfp8.dequantize(want)))
+  # A split of K (the rows) sums partial products: equal up to f32 summation order.
+  np.testing.assert_allclose(
+      np.asarray(product), np.asarray(jgg.ragged_dot(lhs, want, jnp.array([4, 4, 4, 4]),
+                                                     preferred_element_type=jnp.float32)),
+      rtol=1e-5, atol=1e-3)

@@ -96,7 +96,7 @@ from jax_grouped_gemm.group_sizes import sizes_array, to_int32
 from jax_grouped_gemm.ragged_gemm_ops import ffi_call_varying
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import ragged_dot_general as plain_ragged_dot_general
-from jax_grouped_gemm.ragged_dot import result_aval
+from jax_grouped_gemm.ragged_dot import merged, result_aval
 from jax_grouped_gemm.mxfp8.quantize import check_tensor, dequantize
 from jax_grouped_gemm.mxfp8.tensor import MXFP8Tensor
 
@@ -130,7 +130,8 @@ class MXFP8Operand:
   @property
   def scale_inv(self):
     """The scale bytes as the kernels read them: one flat buffer (tensor.py)."""
-    return self.tensor.orientation(self.colwise)[1].reshape(-1)
+    leaf = self.tensor.orientation(self.colwise)[1]
+    return merged(leaf, (leaf.size,))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -196,7 +196,7 @@ def _permute(x, perm):
   return x if perm == list(range(x.ndim)) else jnp.transpose(x, perm)
 
 
-def _merged(x, shape):
+def merged(x, shape):
   """x.reshape(shape), where shape merges runs of consecutive dims of x (unit dims may come
   and go). On Explicit mesh axes a merged dim can carry only the split of its run's first
   dim: a split of a later one is gathered first (else jax refuses the reshape)."""
@@ -250,14 +250,14 @@ def _ragged_noncontracting(lhs, rhs, group_sizes, group_offset, dims, out_aval, 
   n = _size(rhs.shape, rhs_free)
   num_groups = rhs.shape[group_dim]
   lhs3 = _permute(lhs, list(lhs_batch) + outer + [ragged] + inner + list(lhs_contract))
-  lhs3 = _merged(lhs3, (batch, lhs.shape[ragged] * rows_per_index, k))
+  lhs3 = merged(lhs3, (batch, lhs.shape[ragged] * rows_per_index, k))
 
   kn = [group_dim] + list(rhs_batch) + list(rhs_contract) + rhs_free
   nk = [group_dim] + list(rhs_batch) + rhs_free + list(rhs_contract)
   rhs_transposed = nk == list(range(rhs.ndim)) and kn != nk  # read [g, b, n, k] in place
   rhs_batch_size = _size(rhs.shape, rhs_batch)
   rhs4 = _permute(rhs, nk if rhs_transposed else kn)
-  rhs4 = _merged(rhs4, (num_groups, rhs_batch_size) + ((n, k) if rhs_transposed else (k, n)))
+  rhs4 = merged(rhs4, (num_groups, rhs_batch_size) + ((n, k) if rhs_transposed else (k, n)))
   outer_size = _size(lhs.shape, outer)
   if outer_size != 1:  # lhs dims outer to the ragged one reuse the same weights
     rhs4 = jnp.broadcast_to(rhs4[:, :, None], rhs4.shape[:2] + (outer_size,) + rhs4.shape[2:])
@@ -285,9 +285,9 @@ def _ragged_contracting(lhs, rhs, group_sizes, group_offset, dims, out_aval, out
   rows_per_index = _size(lhs.shape, inner)
   rows = lhs.shape[ragged] * rows_per_index
   p, n = _size(lhs.shape, lhs_free), _size(rhs.shape, rhs_free)
-  lhs3 = _merged(_permute(lhs, list(lhs_batch) + outer + [ragged] + inner + lhs_free),
+  lhs3 = merged(_permute(lhs, list(lhs_batch) + outer + [ragged] + inner + lhs_free),
                  (batch, rows, p))
-  rhs3 = _merged(_permute(rhs, list(rhs_batch) + list(rhs_contract) + rhs_free), (batch, rows, n))
+  rhs3 = merged(_permute(rhs, list(rhs_batch) + list(rhs_contract) + rhs_free), (batch, rows, n))
 
   prefix = [lhs.shape[d] for d in list(lhs_batch) + outer]
   group_sizes = _canonical_group_sizes(group_sizes, prefix, lhs.shape[ragged], rows_per_index)

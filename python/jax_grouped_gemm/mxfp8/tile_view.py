@@ -43,6 +43,50 @@ def _ceil_div(a: int, b: int) -> int:
   return -(-a // b)
 
 
+# The views' reshapes go one split (or merge) of one dim in two at a time: on meshes of
+# Explicit axes jax's reshape rule takes each such step (a split dim keeps its sharding on
+# the major part) but refuses two in one reshape.
+def _split(x, parts):
+  """x [d0, d1, ...] -> [*parts[0], *parts[1], ...] (prod(parts[i]) == di)."""
+  at = 0
+  for sizes in parts:
+    for k in range(len(sizes) - 1):
+      x = _gathered_unless_divisible(x, at, sizes[k])
+      shape = x.shape
+      x = x.reshape(shape[:at] + (sizes[k], math.prod(sizes[k + 1:])) + shape[at + 1:])
+      at += 1
+    at += 1
+  return x
+
+
+def _gathered_unless_divisible(x, dim: int, major: int):
+  """x, with its split of `dim` on Explicit mesh axes gathered where the major part of a
+  split of that dim (`major` of its size) cannot carry it: fewer tiles than shards."""
+  sharding = jax.typeof(x).sharding
+  if sharding.mesh.empty or not sharding.mesh.explicit_axes or dim >= len(sharding.spec):
+    return x
+  axes = sharding.spec[dim]
+  if axes is None:
+    return x
+  shards = math.prod(sharding.mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes))
+  if major % shards == 0:
+    return x
+  spec = list(sharding.spec)
+  spec[dim] = None
+  return jax.sharding.reshard(x, sharding.update(spec=jax.sharding.PartitionSpec(*spec)))
+
+
+def _merge(x, counts):
+  """The inverse of _split: consecutive runs of counts[i] dims of x merged into one."""
+  at = 0
+  for count in counts:
+    for _ in range(count - 1):
+      shape = x.shape
+      x = x.reshape(shape[:at] + (shape[at] * shape[at + 1],) + shape[at + 2:])
+    at += 1
+  return x
+
+
 @dataclasses.dataclass(frozen=True)
 class TileView:
   """A stack [groups, row_tiles * tile_rows, col_tiles * tile_cols] as a grid of tiles; a
@@ -78,14 +122,19 @@ class TileView:
   def data_shape(self) -> tuple[int, ...]:
     return self.batch + (self.tile_rows, self.tile_cols)
 
+  def _as_stack(self, x):
+    return x.reshape((1,) + x.shape) if self.matrix else x
+
+  def _as_leaf(self, stack):
+    return stack.reshape(stack.shape[1:]) if self.matrix else stack
+
   def data_to_view(self, stack):
     g, rt, ct = self.batch
-    return stack.reshape(g, rt, self.tile_rows, ct, self.tile_cols).transpose(DATA_ORDER)
+    parts = ((g,), (rt, self.tile_rows), (ct, self.tile_cols))
+    return _split(self._as_stack(stack), parts).transpose(DATA_ORDER)
 
   def data_from_view(self, view):
-    g, rt, ct = self.batch
-    shape = (g, rt * self.tile_rows, ct * self.tile_cols)
-    return view.transpose(DATA_ORDER).reshape(shape[1:] if self.matrix else shape)
+    return self._as_leaf(_merge(view.transpose(DATA_ORDER), (1, 2, 2)))
 
   # --- scales -------------------------------------------------------------------------------
 
@@ -122,11 +171,13 @@ class TileView:
 
   def scales_to_view(self, leaf, colwise: bool, swizzled: bool):
     split, to_view = self._leaf_split(colwise, swizzled)
-    return leaf.reshape(split).transpose(to_view)
+    parts = (split[:1], split[1:3], split[3:])  # the leaf's dims (scale_leaf_shape)
+    return _split(self._as_stack(leaf), parts).transpose(to_view)
 
   def scales_from_view(self, view, colwise: bool, swizzled: bool):
-    return view.transpose(self.scale_view_order(colwise, swizzled)).reshape(
-        self.scale_leaf_shape(colwise, swizzled))
+    split, _ = self._leaf_split(colwise, swizzled)
+    stack = view.transpose(self.scale_view_order(colwise, swizzled))
+    return self._as_leaf(_merge(stack, (1, 2, len(split) - 3)))
 
   # --- the other buffers ----------------------------------------------------------------------
 
