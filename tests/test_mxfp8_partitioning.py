@@ -258,3 +258,39 @@ def test_explicit_axes_stack_of_many_tiles(spec, scale_layout):
       np.asarray(product), np.asarray(jgg.ragged_dot(lhs, want, jnp.array([4, 4, 4, 4]),
                                                      preferred_element_type=jnp.float32)),
       rtol=1e-5, atol=1e-3)
+
+
+_SHARD_MAP_SCAN_GRAD = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import PartitionSpec as P, AxisType
+import jax_grouped_gemm as jgg
+mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+rng = np.random.default_rng(0)
+x = jnp.asarray(rng.standard_normal((8 * 16, 64)), jnp.float32)
+ws = jnp.asarray(rng.standard_normal((2, 4, 64, 64)) / 8, jnp.float32)
+sizes = jnp.full((8 * 4,), 4, jnp.int32)
+layer = jax.shard_map(lambda h, w, s: jgg.grouped_dense(h, w, s, recipe=jgg.MXFP8Recipe()),
+                      mesh=mesh, in_specs=(P("x"), P(), P("x")), out_specs=P("x"))
+loss = lambda ws, x: jnp.sum(jax.lax.scan(lambda h, w: (jnp.tanh(layer(h, w, sizes)), None),
+                                          x, ws)[0] ** 2)
+grads = jax.jit(jax.grad(loss, (0, 1)))(ws, x)
+eager = jax.shard_map(lambda w: jgg.mxfp8.quantize(w).data, mesh=mesh, in_specs=P("x"),
+                      out_specs=P("x"))(ws.reshape(8, 64, 64))
+assert all(bool(jnp.isfinite(g).all()) for g in grads), grads
+print("ok", [g.shape for g in grads], eager.shape)
+"""
+
+
+def test_stack_quantize_in_shard_map_compiles_under_scan_gradients_and_eagerly():
+  """A matrix or stack passes no group sizes: a zero-sized operand there crashed XLA's
+  compiler (SIGSEGV) in a scanned shard_map's gradient and in an eager shard_map. Run in a
+  child process so that a crash is a failure, not the end of the session."""
+  import os
+  import subprocess
+  import sys
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  done = subprocess.run([sys.executable, "-c", _SHARD_MAP_SCAN_GRAD], env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0 and done.stdout.startswith("ok"), (done.returncode,
+                                                                  done.stderr[-3000:])

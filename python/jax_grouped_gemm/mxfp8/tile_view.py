@@ -186,8 +186,10 @@ class TileView:
     return jax.ShapeDtypeStruct(self.batch + (0,), dtype)
 
   def group_sizes_operand(self, group_sizes):
-    """[G, 2] extents (varying_both, one tile per group) or none, leading with the batch."""
+    """[G, 2] extents (varying_both, one tile per group), leading with the batch; a matrix or
+    same_dims stack has none and passes one ignored zero per tile: a zero-sized operand
+    crashes XLA's compiler inside shard_map under Shardy (a scan's gradient, eager calls)."""
     if group_sizes is None:
-      return jnp.zeros(self.batch + (0,), jnp.int32)
+      return jnp.zeros(self.batch + (1,), jnp.int32)
     assert self.row_tiles == self.col_tiles == 1, "varying_both slots are one tile each"
     return group_sizes.reshape(self.batch + (group_sizes.shape[-1],))
