@@ -209,11 +209,17 @@ inline bool LaunchAfterPreparation() {
 
 // The preparation kernel with the GEMM's shared-memory carveout, so an SM that ran it takes
 // the GEMM's CTAs without reconfiguring its L1 / shared-memory split first.
+// A preference, set once per process (on the device current then): the launch is correct
+// either way, so a refusal is cleared rather than left for the launch's error check.
 template <class Kernel>
 void PreferSharedMemoryCarveout(Kernel* kernel) {
-  static const cudaError_t once = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  (void)once;  // a preference: the launch is correct either way
+  static const bool once = [kernel] {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+      (void)cudaGetLastError();
+    return true;
+  }();
+  (void)once;
 }
 
 // Prepares the problems (PrepareProblemsKernel), then runs the grouped GEMM.
