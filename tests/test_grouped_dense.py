@@ -293,8 +293,9 @@ def test_differentiates_inside_shard_map_with_a_replicated_kernel(recipe):
   got = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, kernel, sizes.reshape(-1))
 
   def unsharded_loss(x, kernel):
-    return sum((jgg.grouped_dense(x[16 * i:16 * (i + 1)], kernel, sizes[i], recipe=recipe) ** 2).sum()
-               for i in range(8))
+    blocks = (x[16 * i:16 * (i + 1)] for i in range(8))
+    return sum((jgg.grouped_dense(block, kernel, sizes[i], recipe=recipe) ** 2).sum()
+               for i, block in enumerate(blocks))
   want = jax.grad(unsharded_loss, argnums=(0, 1))(x, kernel)
   for a, b in zip(got, want):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-4)

@@ -152,8 +152,8 @@ def _call_target(target, op, out_shape, out_dtype, batch, num_groups, operands, 
   if not isinstance(batch, int):
     # The workspace (a schedule per batch entry) is sized here, so the batch must be static;
     # symbolic ragged rows and free dims are fine.
-    raise TypeError(f"ragged_dot: a symbolic batch size ({batch}) is not supported: batch dims, lhs "
-                    "dims outer to the ragged one and vmapped dims need static sizes")
+    raise TypeError(f"ragged_dot: a symbolic batch size ({batch}) is not supported: batch "
+                    "dims, lhs dims outer to the ragged one and vmapped dims need static sizes")
   workspace = _native.workspace_bytes(op, batch, num_groups)
   out, _ = jax.ffi.ffi_call(
       target,
