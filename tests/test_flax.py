@@ -153,6 +153,8 @@ def test_grouped_dense_errors_name_the_argument():
     layer(jnp.ones((3, 6)), sizes)
   with pytest.raises(TypeError, match="group_sizes: expected 3 groups"):
     layer(jnp.ones((3, 4)), jnp.array([1, 2], jnp.int32))
+  with pytest.raises(TypeError, match="group_sizes: expected at least 3 groups"):
+    layer(jnp.ones((3, 4)), jnp.array([1, 2], jnp.int32), jnp.array([0], jnp.int32))
 
 
 # --- RaggedDot ---------------------------------------------------------------------

@@ -326,3 +326,15 @@ def test_tensor_parallel_jit_on_explicit_axes_matches_one_device():
     assert relative_error(got, want) < 1e-5
   weights_seen = {operands[1] for _, _, operands in custom_calls(hlo)}
   assert f"f32[{experts},1,{d_model},{d_ff // 4}]" in weights_seen, weights_seen
+
+
+def test_an_empty_batch_has_the_dtype_of_any_other():
+  """Zero tokens return early, in the dtype the layer gives one token: x's with bf16 weights
+  and f32 x -> f32; bf16 x with f32 weights -> f32 (the projection's promotion)."""
+  rng = np.random.default_rng(6)
+  w32 = random_weights(rng, d_model=8, d_ff=16, experts=4)
+  w16 = jax.tree.map(lambda a: a.astype(jnp.bfloat16), w32)
+  for weights, x_dtype in ((w16, jnp.bfloat16), (w32, jnp.bfloat16), (w16, jnp.float32)):
+    some, _ = moe.moe_layer(jnp.ones((3, 8), x_dtype), weights, top_k=2)
+    none, _ = moe.moe_layer(jnp.ones((0, 8), x_dtype), weights, top_k=2)
+    assert none.dtype == some.dtype and none.shape == (0, 8), (none.dtype, some.dtype)

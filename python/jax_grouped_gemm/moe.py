@@ -195,10 +195,12 @@ def moe_layer(x, weights: MoEWeights, *, top_k: int, normalize_weights: bool = T
   if x.ndim == 0:
     raise TypeError("x: expected [..., d_model], got a scalar")
   tokens_shape = (math.prod(x.shape[:-1]), x.shape[-1])
-  if tokens_shape[0] == 0:  # nothing to route; and Shardy (jax 0.11) crashes compiling the
-    return jnp.zeros_like(x), jnp.zeros((), jnp.float32)  # gradient of empty shard_map'ed GEMMs
   block = functools.partial(moe_block, top_k=top_k, normalize_weights=normalize_weights,
                             activation=activation, projection=projection)
+  if tokens_shape[0] == 0:  # nothing to route; and Shardy (jax 0.11) crashes compiling the
+    # gradient of empty shard_map'ed GEMMs. y has the dtype the block gives one token.
+    y_type, _ = jax.eval_shape(block, jax.ShapeDtypeStruct((1, x.shape[-1]), x.dtype), weights)
+    return jnp.zeros_like(x, dtype=y_type.dtype), jnp.zeros((), jnp.float32)
   x_spec = _typed_spec(x)
   if expert_axis is None:
     def flat_block(x, weights):

@@ -88,6 +88,10 @@ def apply_grouped_dense(inputs, kernel, group_sizes, *, bias=None, group_offset=
   if group_offset is None and group_sizes.shape[0] != kernel.shape[0]:
     raise TypeError(f"group_sizes: expected {kernel.shape[0]} groups (kernel.shape[0]), got "
                     f"{group_sizes.shape[0]}; with group_offset it may hold more")
+  if group_offset is not None and group_sizes.shape[0] < kernel.shape[0]:
+    raise TypeError(f"group_sizes: expected at least {kernel.shape[0]} groups (kernel.shape[0]; "
+                    f"with group_offset the kernel holds a slice of them), got "
+                    f"{group_sizes.shape[0]}")
   inputs, kernel, bias = dtypes.promote_dtype((inputs, kernel, bias), dtype=dtype)
   y = grouped_matmul(inputs, kernel, group_sizes, group_offset=group_offset, precision=precision,
                      preferred_element_type=preferred_element_type, recipe=recipe,
