@@ -5,7 +5,9 @@ sizes count as 0, the running sum stops at the ragged extent, and group_offset i
 to [0, G]. The kernels take int32, so user values of other integer types are narrowed
 here by saturation, never by wrapping: under the rule a size or offset past int32's range
 means the same as int32's largest (or smallest) value, so saturating changes no result,
-where wrapping would turn 2**32 - 1 rows into none.
+where wrapping would turn 2**32 - 1 rows into none. (Host int64 values passed as arguments
+of a jitted function are converted by jax before the library sees them, wrapping with x64
+off: pass such sizes as uint32 or int32 there.)
 """
 
 from __future__ import annotations
