@@ -9,6 +9,7 @@ jax_grouped_gemm then loads and calls every artifact; each test compares one.
 """
 
 import functools
+import hashlib
 import json
 import os
 import pathlib
@@ -320,7 +321,9 @@ def test_params_are_bound_to_the_trailing_inputs_bit_for_bit(tmp_path):
   exported = jgg.export.export(jgg.ragged_dot, lhs, rhs, sizes)
   jgg.export.save(exported, tmp_path / "bound", params=(rhs, sizes))
   artifact = jgg.export.load(tmp_path / "bound")
-  assert artifact.manifest["params"] == {"file": "params.npz", "first_input": 1, "count": 2}
+  stored = (tmp_path / "bound" / "params.npz").read_bytes()
+  assert artifact.manifest["params"] == {"file": "params.npz", "first_input": 1, "count": 2,
+                                         "sha256": hashlib.sha256(stored).hexdigest()}
   assert artifact.params[0].dtype == jnp.bfloat16
   np.testing.assert_array_equal(_bits(artifact.params[0]), _bits(rhs))
   (out,) = artifact.call_flat(lhs, *artifact.params)
@@ -372,3 +375,43 @@ def test_symbolic_ragged_rows_export_and_a_symbolic_batch_is_refused_by_name():
     jgg.export.export(lambda x, w, s: jgg.ragged_dot_general(x, w, s, dims),
                       struct((b, 7, 3), jnp.float32), struct((3, b, 3, 4), jnp.float32),
                       struct((b, 3), jnp.int32), platforms=("cpu",))
+
+
+def test_load_names_a_damaged_artifact_in_one_error(tmp_path):
+  """Whatever is wrong with the files is an IncompatibleArtifactError naming the file, at
+  load time: not a KeyError, a JSON, NumPy or OS error, nor a shape error at the first call."""
+  lhs, rhs, sizes = _ragged_operands()
+  exported = jgg.export.export(jgg.ragged_dot, lhs, rhs, sizes)
+  error = jgg.export.IncompatibleArtifactError
+
+  def damaged(name, damage):
+    path = jgg.export.save(exported, tmp_path / name, params=(rhs, sizes))
+    damage(pathlib.Path(path))
+    return path
+
+  manifest = lambda p: json.loads((p / "manifest.json").read_text())
+  cases = {
+      "not JSON": (lambda p: (p / "manifest.json").write_text("{"), "manifest.json is unreadable"),
+      "no modules": (lambda p: (p / "manifest.json").write_text(json.dumps(
+          {k: v for k, v in manifest(p).items() if k != "modules"})), "lacks \\['modules'\\]"),
+      "module gone": (lambda p: (p / manifest(p)["modules"][0]["file"]).unlink(),
+                      r"exported\.\S+\.bin, which the manifest lists"),
+      "params gone": (lambda p: (p / "params.npz").unlink(), "params.npz, which the manifest"),
+      "params junk": (lambda p: (p / "params.npz").write_bytes(b"junk"), "params.npz does not "
+                      "match the manifest's sha256"),
+  }
+  for name, (damage, message) in cases.items():
+    with pytest.raises(error, match=message):
+      jgg.export.load(damaged(name.replace(" ", "_"), damage), platform="cpu")
+  # Params of other shapes, re-hashed (a hand-edited artifact): caught at load, not at a call.
+  def resized(p):
+    np.savez(p / "params.npz", np.zeros((2, 24, 16), np.float32), np.asarray(sizes))
+    info = manifest(p)
+    info["params"]["sha256"] = hashlib.sha256((p / "params.npz").read_bytes()).hexdigest()
+    (p / "manifest.json").write_text(json.dumps(info))
+  with pytest.raises(error, match="does not hold the params the manifest describes"):
+    jgg.export.load(damaged("resized", resized), platform="cpu")
+  with pytest.raises(error, match="no manifest.json"):
+    jgg.export.load(pathlib.Path(damaged("file", lambda p: None)) / "manifest.json")
+  with pytest.raises(ValueError, match="platforms: jax_grouped_gemm's targets exist for"):
+    jgg.export.export(jgg.ragged_dot, lhs, rhs, sizes, platforms=("cpu", "tpu"))

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
@@ -131,6 +132,11 @@ def export(fn, *args_specs, platforms: Sequence[str] | None = DEFAULT_PLATFORMS,
   """
   jitted = fn if hasattr(fn, "trace") else jax.jit(fn)  # jax.export takes jitted functions only
   platforms = None if platforms is None else tuple(platforms)
+  known = set(DEFAULT_PLATFORMS) | set(registered_targets())
+  unknown = sorted(set(platforms or ()) - known)
+  if unknown:
+    raise ValueError(f"platforms: jax_grouped_gemm's targets exist for {sorted(known)}, not "
+                     f"{unknown}")
   checks = custom_call_checks() + list(disabled_checks)
   return jax.export.export(jitted, platforms=platforms, disabled_checks=checks)(
       *args_specs, **kwargs_specs)
@@ -268,8 +274,12 @@ def save(exported: jax.export.Exported | Sequence[jax.export.Exported],
   if params is not None:
     leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(params)]
     first = _check_params(leaves, info["inputs"])
-    np.savez(os.path.join(path, PARAMS_FILE), *[_storable(leaf) for leaf in leaves])
-    info["params"] = {"file": PARAMS_FILE, "first_input": first, "count": len(leaves)}
+    stored = io.BytesIO()
+    np.savez(stored, *[_storable(leaf) for leaf in leaves])
+    with open(os.path.join(path, PARAMS_FILE), "wb") as f:
+      f.write(stored.getvalue())
+    info["params"] = {"file": PARAMS_FILE, "first_input": first, "count": len(leaves),
+                      "sha256": hashlib.sha256(stored.getvalue()).hexdigest()}
   for module, entry in zip(modules, info["modules"]):
     serialized = bytes(module.serialize())
     with open(os.path.join(path, entry["file"]), "wb") as f:
@@ -371,26 +381,57 @@ def _devices(platform: str):
   return jax.devices("gpu" if platform in ("cuda", "rocm") else platform)
 
 
+_MANIFEST_KEYS = ("platforms", "devices", "inputs", "modules", "params", "library")
+
+
 def _read_manifest(path: str) -> dict:
   try:
     with open(os.path.join(path, MANIFEST_FILE)) as f:
       info = json.load(f)
-  except FileNotFoundError as e:
+  except (FileNotFoundError, NotADirectoryError) as e:
     raise IncompatibleArtifactError(f"{path}: no {MANIFEST_FILE} (not saved by "
                                     "jax_grouped_gemm.export.save)") from e
-  if info.get("format") != FORMAT:
-    raise IncompatibleArtifactError(f"{path}: manifest format {info.get('format')!r}, this build "
+  except (OSError, ValueError) as e:  # unreadable, or not JSON
+    raise IncompatibleArtifactError(f"{path}: {MANIFEST_FILE} is unreadable: {e}") from e
+  if not isinstance(info, dict) or info.get("format") != FORMAT:
+    found = info.get("format") if isinstance(info, dict) else None
+    raise IncompatibleArtifactError(f"{path}: manifest format {found!r}, this build "
                                     f"reads {FORMAT!r}")
+  missing = [key for key in _MANIFEST_KEYS if key not in info]
+  if missing:
+    raise IncompatibleArtifactError(f"{path}: the manifest lacks {missing}")
   return info
 
 
+def _read_file(path: str, name: str) -> bytes:
+  try:
+    with open(os.path.join(path, name), "rb") as f:
+      return f.read()
+  except OSError as e:
+    raise IncompatibleArtifactError(f"{path}: {name}, which the manifest lists, is unreadable: "
+                                    f"{e}") from e
+
+
 def _read_params(path: str, info: dict) -> tuple[np.ndarray, ...]:
+  """The stored params, checked against their sha256 (where the manifest has one: artifacts
+  of older builds do not) and against the inputs they are bound to."""
   if not info["params"]:
     return ()
-  first = info["params"]["first_input"]
-  with np.load(os.path.join(path, info["params"]["file"])) as stored:
-    return tuple(stored[f"arr_{i}"].view(jnp.dtype(spec["dtype"]))
-                 for i, spec in enumerate(info["inputs"][first:]))
+  entry = info["params"]
+  data = _read_file(path, entry["file"])
+  if "sha256" in entry and hashlib.sha256(data).hexdigest() != entry["sha256"]:
+    raise IncompatibleArtifactError(f"{path}: {entry['file']} does not match the manifest's "
+                                    "sha256")
+  first = entry["first_input"]
+  try:
+    with np.load(io.BytesIO(data)) as stored:
+      leaves = tuple(stored[f"arr_{i}"].view(jnp.dtype(spec["dtype"]))
+                     for i, spec in enumerate(info["inputs"][first:]))
+    _check_params(leaves, info["inputs"])
+  except (OSError, ValueError, KeyError) as e:
+    raise IncompatibleArtifactError(f"{path}: {entry['file']} does not hold the params the "
+                                    f"manifest describes: {e}") from e
+  return leaves
 
 
 def load(path: str | os.PathLike, *, platform: str | None = None) -> Artifact:
@@ -422,8 +463,7 @@ def load(path: str | os.PathLike, *, platform: str | None = None) -> Artifact:
   if info["devices"] > available:
     raise IncompatibleArtifactError(f"{path}: needs {info['devices']} devices, this process has "
                                     f"{available} {platform} devices")
-  with open(os.path.join(path, module["file"]), "rb") as f:
-    serialized = f.read()
+  serialized = _read_file(path, module["file"])
   if hashlib.sha256(serialized).hexdigest() != module["sha256"]:
     raise IncompatibleArtifactError(f"{path}: {module['file']} does not match the manifest's "
                                     "sha256")
