@@ -4,6 +4,7 @@ Every request goes through sockets with a timeout, and the servers are closed
 by the tests, so nothing here can hang for long.
 """
 
+import concurrent.futures
 import json
 import os
 import socket
@@ -188,3 +189,58 @@ def test_command_line_server_under_the_load_test():
   final_stats = json.loads(printed.strip().splitlines()[-1])
   assert (final_stats["requests"], final_stats["rows"]) == (24, result["rows_ok"])
   serve_load_test.check_answers(jgg.export.load(COMMITTED_MOE), result["answers"], rtol=1e-5)
+
+
+def test_malformed_bodies_get_4xx_and_the_server_stays_up(server):
+  """Nesting past the parser's recursion limit, NaN / Infinity tokens (not JSON numbers) and
+  chunked bodies get a 4xx with a message; the server then answers normally."""
+  def raw(body: bytes, headers: dict):
+    connection = serve_load_test._connection(server.url, 30.0)
+    try:
+      connection.request("POST", "/v1/infer", body=body, headers=headers)
+      response = connection.getresponse()
+      return response.status, json.loads(response.read())
+    finally:
+      connection.close()
+
+  nested = b"[" * 100_000 + b"]" * 100_000
+  status, body = raw(nested, {"Content-Length": str(len(nested))})
+  assert status == 400 and "recursion" in body["error"]
+  for token in ("NaN", "Infinity", "-Infinity"):
+    text = json.dumps({"inputs": [[0.5] * (D_MODEL - 1)]})[:-3] + f", {token}]]}}"
+    status, body = raw(text.encode(), {"Content-Length": str(len(text))})
+    assert status == 400 and body["error"] == f"inputs: {token} is not a JSON number", body
+  status, body = raw(b'{"inputs": []}', {"Transfer-Encoding": "chunked"})
+  assert status == 411 and "Content-Length: required" in body["error"]
+  status, body = _post(server.url, {"inputs": [[0.25] * D_MODEL]})
+  assert status == 200 and np.asarray(body["outputs"][0]).shape == (1, D_MODEL)
+
+
+def test_many_simultaneous_connections_are_all_answered(moe_artifact):
+  """More connections at once than socketserver's default backlog of 5 held."""
+  running = serve.start(moe_artifact[0], window_ms=5.0)
+  try:
+    rows = [[float(i % 7)] * D_MODEL for i in range(3)]
+    with concurrent.futures.ThreadPoolExecutor(48) as pool:
+      answers = list(pool.map(lambda _: _post(running.url, {"inputs": rows}), range(48)))
+    assert [status for status, _ in answers] == [200] * 48
+  finally:
+    running.close()
+
+
+def test_command_line_errors_are_one_line(tmp_path, capsys):
+  assert serve.main([str(tmp_path / "nothing")]) == 2
+  assert capsys.readouterr().err.startswith(f"serve: {tmp_path / 'nothing'}: no manifest.json")
+  for flags, message in ((["--port", "70000"], "--port: expected 0 to 65535"),
+                         (["--max-rows", "0"], "--max-rows: expected at least 1")):
+    with pytest.raises(SystemExit):
+      serve.main([str(tmp_path)] + flags)
+    assert message in capsys.readouterr().err
+
+
+def test_a_body_shorter_than_its_content_length_times_out_with_a_408(server, monkeypatch):
+  monkeypatch.setattr(serve._Handler, "timeout", 0.5)  # READ_TIMEOUT_S, shortened
+  with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), 30) as s:
+    s.sendall(b"POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"inputs\"")
+    reply = s.recv(4096).decode()
+  assert reply.startswith("HTTP/1.1 408") and "did not arrive within" in reply, reply

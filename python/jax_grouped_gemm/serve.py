@@ -48,6 +48,7 @@ import numpy as np
 from jax_grouped_gemm import export as jgg_export
 
 MAX_BODY_BYTES = 64 << 20
+READ_TIMEOUT_S = 60.0  # per read of a request: an idle or stalled connection is closed
 _PERCENTILES = (50, 90, 99)
 
 
@@ -249,9 +250,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
   # Headers and body go out as two writes; with Nagle on, the client's delayed ACK held the
   # second one back ~40 ms per request on loopback (measured: p50 49 ms vs 3 ms in the server).
   disable_nagle_algorithm = True
+  # A client that sends less than its Content-Length (or nothing) gives up its thread after
+  # this long instead of holding it forever.
+  timeout = READ_TIMEOUT_S
 
   def _reply(self, status: int, body: dict):
-    data = json.dumps(body).encode()
+    try:
+      data = json.dumps(body, allow_nan=False).encode()  # strict JSON: no bare NaN / Infinity
+    except ValueError:
+      status, data = 500, json.dumps({"error": "the outputs hold NaN or Inf, which JSON "
+                                               "cannot carry"}).encode()
     self.send_response(status)
     self.send_header("Content-Type", "application/json")
     self.send_header("Content-Length", str(len(data)))
@@ -272,6 +280,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       self._reply(404, {"error": f"no such endpoint: POST {self.path}"})
       return
     start = time.perf_counter()
+    if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+      self.close_connection = True  # the chunked body is not read
+      self._reply(411, {"error": "Content-Length: required (chunked bodies are not accepted)"})
+      return
     header = self.headers.get("Content-Length") or "0"
     length = int(header) if header.isascii() and header.isdigit() else -1
     if length < 0:  # unreadable: the body's end is unknown, the connection cannot be reused
@@ -283,9 +295,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       self._reply(413, {"error": f"body of {length} bytes exceeds {MAX_BODY_BYTES}"})
       return
     try:
-      rows = self._rows(json.loads(self.rfile.read(length)))
-    except (ValueError, TypeError, KeyError) as e:
-      self._reply(400, {"error": str(e)})
+      body = self.rfile.read(length)
+    except TimeoutError:
+      self.close_connection = True
+      self._reply(408, {"error": f"the body's {length} bytes did not arrive within "
+                                 f"{self.timeout:g} s"})
+      return
+    try:
+      rows = self._rows(json.loads(body, parse_constant=_refuse_non_finite))
+    except (ValueError, TypeError, KeyError, RecursionError) as e:
+      self._reply(400, {"error": str(e) or type(e).__name__})
       return
     try:
       outputs = self.server.batcher(rows, timeout=self.server.request_timeout_s)
@@ -315,13 +334,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       super().log_message(format, *args)
 
 
+def _refuse_non_finite(token: str):
+  raise ValueError(f"inputs: {token} is not a JSON number")
+
+
 class Server(http.server.ThreadingHTTPServer):
   """An HTTP server (one thread per connection) in front of a RowBatcher."""
   daemon_threads = True
+  request_queue_size = 128  # socketserver's 5 reset a third of 48 simultaneous connections
 
   def __init__(self, batcher: RowBatcher, host: str = "127.0.0.1", port: int = 0, *,
                max_rows: int | None = None, request_timeout_s: float = 60.0,
                verbose: bool = False):
+    if max_rows is not None and max_rows < 1:
+      raise ValueError(f"max_rows: expected at least 1, got {max_rows}")
     super().__init__((host, port), _Handler)
     self.batcher = batcher
     self.max_rows = max_rows or 64 * batcher.batch
@@ -365,7 +391,12 @@ def start(artifact_path, *, host: str = "127.0.0.1", port: int = 0, window_ms: f
           **server_options) -> Server:
   """Loads the artifact and serves it from background threads (port 0: any free port)."""
   batcher = RowBatcher(jgg_export.load(artifact_path), window_s=window_ms * 1e-3)
-  return Server(batcher, host, port, **server_options).start()
+  try:
+    server = Server(batcher, host, port, **server_options)
+  except BaseException:  # the address (in use, unknown host) or the options
+    batcher.close()
+    raise
+  return server.start()
 
 
 def main(argv=None):
@@ -378,8 +409,18 @@ def main(argv=None):
   parser.add_argument("--max-rows", type=int, default=None, help="rows per request (64 batches)")
   parser.add_argument("--verbose", action="store_true", help="log every request")
   args = parser.parse_args(argv)
-  server = start(args.artifact, host=args.host, port=args.port, window_ms=args.window_ms,
-                 max_rows=args.max_rows, verbose=args.verbose)
+  if not 0 <= args.port <= 65535:
+    parser.error(f"--port: expected 0 to 65535, got {args.port}")
+  if args.max_rows is not None and args.max_rows < 1:
+    parser.error(f"--max-rows: expected at least 1, got {args.max_rows}")
+  if args.window_ms < 0:
+    parser.error(f"--window-ms: expected a duration >= 0, got {args.window_ms}")
+  try:
+    server = start(args.artifact, host=args.host, port=args.port, window_ms=args.window_ms,
+                   max_rows=args.max_rows, verbose=args.verbose)
+  except (jgg_export.IncompatibleArtifactError, OSError) as e:  # the artifact; host and port
+    print(f"serve: {e}", file=sys.stderr)
+    return 2
   info = server.batcher.info()
   print(f"serving {args.artifact} at {server.url} on {info['device']} (batch {info['batch_size']}"
         f", rows of {info['row_shape']} {info['dtype']})", flush=True)
