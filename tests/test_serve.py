@@ -242,5 +242,8 @@ def test_a_body_shorter_than_its_content_length_times_out_with_a_408(server, mon
   monkeypatch.setattr(serve._Handler, "timeout", 0.5)  # READ_TIMEOUT_S, shortened
   with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), 30) as s:
     s.sendall(b"POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"inputs\"")
-    reply = s.recv(4096).decode()
+    chunks = []
+    while chunk := s.recv(4096):  # headers and body come as two writes; then the server closes
+      chunks.append(chunk)
+    reply = b"".join(chunks).decode()
   assert reply.startswith("HTTP/1.1 408") and "did not arrive within" in reply, reply
