@@ -79,3 +79,26 @@ def test_tiny_mxfp8_run_matches_its_lax_reference_and_learns(demo):
   assert ragged_m >= 3 * config.layers
   ce = result.cross_entropy
   assert ce[-5:].mean() < 0.8 * ce[:5].mean()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--steps=1"], "flag --steps=1: 1 is not integer >= 2"),
+    (["--top_k=3", "--experts=2"], "--top_k: a token's experts are distinct"),
+    (["--noise=1.5"], "flag --noise=1.5: 1.5 is not a number in the range [0.0, 1.0]"),
+    (["--vocab=0"], "flag --vocab=0"),
+    (["--plot=/proc/no/such/dir/curve.png"], "demo: --plot=/proc/no/such/dir/curve.png"),
+])
+def test_bad_flags_are_refused_before_training(flags, message):
+  """Each used to fail with a traceback, some only after the whole training run."""
+  done = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "demo.py"), *flags],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+  assert "Traceback" not in done.stderr and "train:" not in done.stderr
+
+
+def test_export_moe_refuses_bad_options_in_one_line(tmp_path):
+  from tools import export_moe
+  with pytest.raises(SystemExit):
+    export_moe.main([str(tmp_path / "a"), "--top-k", "5", "--experts", "4"])
+  assert export_moe.main([str(tmp_path / "b"), "--platforms", "foo"]) == 2

@@ -359,24 +359,31 @@ def write_plot(path: str, config: Config, result: Result) -> str:
 def _define_flags():
   from absl import flags
   defaults = Config()
-  flags.DEFINE_integer("steps", defaults.steps, "training steps")
-  flags.DEFINE_integer("experts", defaults.experts, "experts per MoE block")
-  flags.DEFINE_integer("top_k", defaults.top_k, "experts per token")
-  flags.DEFINE_integer("layers", defaults.layers, "MoE blocks")
-  flags.DEFINE_integer("d_model", defaults.d_model, "model width")
-  flags.DEFINE_integer("d_ff", defaults.d_ff, "expert hidden width")
-  flags.DEFINE_integer("batch", defaults.batch, "sequences per step")
-  flags.DEFINE_integer("seq_len", defaults.seq_len, "tokens per sequence")
-  flags.DEFINE_integer("vocab", defaults.vocab, "vocabulary size")
-  flags.DEFINE_float("noise", defaults.noise, "probability that a token ignores the rule")
-  flags.DEFINE_float("learning_rate", defaults.learning_rate, "Adam learning rate")
+  flags.DEFINE_integer("steps", defaults.steps, "training steps (the check compares the "
+                       "first and last ones: at least 2)", lower_bound=2)
+  flags.DEFINE_integer("experts", defaults.experts, "experts per MoE block", lower_bound=1)
+  flags.DEFINE_integer("top_k", defaults.top_k, "experts per token", lower_bound=1)
+  flags.DEFINE_integer("layers", defaults.layers, "MoE blocks", lower_bound=1)
+  flags.DEFINE_integer("d_model", defaults.d_model, "model width", lower_bound=1)
+  flags.DEFINE_integer("d_ff", defaults.d_ff, "expert hidden width", lower_bound=1)
+  flags.DEFINE_integer("batch", defaults.batch, "sequences per step", lower_bound=1)
+  flags.DEFINE_integer("seq_len", defaults.seq_len, "tokens per sequence (pairs: at least 2)",
+                       lower_bound=2)
+  flags.DEFINE_integer("vocab", defaults.vocab, "vocabulary size", lower_bound=2)
+  flags.DEFINE_float("noise", defaults.noise, "probability that a token ignores the rule",
+                     lower_bound=0.0, upper_bound=1.0)
+  flags.DEFINE_float("learning_rate", defaults.learning_rate, "Adam learning rate",
+                     lower_bound=0.0)
   flags.DEFINE_float("aux_loss_weight", defaults.aux_loss_weight,
-                     "weight of the routers' load-balancing loss")
+                     "weight of the routers' load-balancing loss", lower_bound=0.0)
   flags.DEFINE_enum("recipe", defaults.recipe, list(RECIPES), "expert GEMM numerics")
   flags.DEFINE_enum("backend", "auto", ["auto", "cpu", "gpu"],
                     "device to train on (auto: the GPU when there is one)")
   flags.DEFINE_string("plot", "build/demo_loss.png", "where to write the loss curve (PNG)")
   flags.DEFINE_integer("seed", defaults.seed, "seed of the rule, the data and the init")
+  flags.register_multi_flags_validator(
+      ["top_k", "experts"], lambda f: f["top_k"] <= f["experts"],
+      message="--top_k: a token's experts are distinct, so at most --experts")
   return flags.FLAGS
 
 
@@ -384,7 +391,14 @@ def main(argv):
   del argv
   flags = FLAGS
   config = Config(**{f.name: getattr(flags, f.name) for f in dataclasses.fields(Config)})
-  device = jax.devices()[0] if flags.backend == "auto" else jax.devices(flags.backend)[0]
+  try:
+    device = jax.devices()[0] if flags.backend == "auto" else jax.devices(flags.backend)[0]
+  except RuntimeError as e:
+    raise SystemExit(f"demo: --backend={flags.backend}: {e}") from None
+  try:  # before training, not after it
+    os.makedirs(os.path.dirname(os.path.abspath(flags.plot)), exist_ok=True)
+  except OSError as e:
+    raise SystemExit(f"demo: --plot={flags.plot}: {e}") from None
   registered = _native.register_targets()
   print(f"device: {device.platform} ({device.device_kind}); native handlers: "
         f"{', '.join(f'{p}: {len(t)}' for p, t in registered.items())}; "

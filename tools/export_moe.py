@@ -70,9 +70,19 @@ def main(argv=None):
   parser.add_argument("--precision", choices=("default", "high", "highest"), default=None,
                       help="matmul precision baked into the artifact (default: jax's)")
   args = parser.parse_args(argv)
-  export_moe(args.out, tokens=args.tokens, d_model=args.d_model, d_ff=args.d_ff,
-             experts=args.experts, top_k=args.top_k, dtype=args.dtype, seed=args.seed,
-             platforms=tuple(args.platforms.split(",")), precision=args.precision)
+  for flag in ("tokens", "d_model", "d_ff", "experts", "top_k"):
+    if getattr(args, flag) < 1:
+      parser.error(f"--{flag.replace('_', '-')}: expected at least 1, got {getattr(args, flag)}")
+  if args.top_k > args.experts:
+    parser.error(f"--top-k: a token's experts are distinct, so at most --experts "
+                 f"({args.experts}), got {args.top_k}")
+  try:
+    export_moe(args.out, tokens=args.tokens, d_model=args.d_model, d_ff=args.d_ff,
+               experts=args.experts, top_k=args.top_k, dtype=args.dtype, seed=args.seed,
+               platforms=tuple(args.platforms.split(",")), precision=args.precision)
+  except (ValueError, OSError) as e:  # --platforms, the output directory
+    print(f"export_moe: {e}", file=sys.stderr)
+    return 2
   print(f"wrote {args.out}")
 
 
