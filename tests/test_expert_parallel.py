@@ -112,6 +112,27 @@ def test_expert_parallel_mlp_clamps_device_group_sizes(partitioner):
   assert reference.relative_error(out, _mlp_reference(x, sizes, w_in, w_out, 4)) < TOL
 
 
+@pytest.mark.parametrize("change, message", [
+    (dict(x=np.ones((4 * T, 2, D), np.float32)), r"x: expected \[T, D\]"),
+    (dict(w_in=np.ones((G, D), np.float32)), r"w_in: expected \[G_local, 8, F\]"),
+    (dict(w_out=np.ones((G, F + 1, D), np.float32)), r"w_out: expected \[2, 6, 8\]"),
+    (dict(w_out=np.ones((G, F, D + 2), np.float32)), r"w_out: expected \[2, 6, 8\]"),
+    (dict(sizes=np.ones((4, 12), np.int32)), r"group_sizes: expected 8 experts \(4 devices x 2"),
+    (dict(sizes=np.ones((4, G), np.float32)), r"group_sizes: expected integers \[G\]"),
+], ids=["x_rank", "w_in_rank", "w_out_f", "w_out_d", "sizes_length", "sizes_dtype"])
+def test_expert_parallel_mlp_names_the_bad_argument(change, message):
+  """Shapes the docstring rules out are TypeErrors naming the argument at trace time (were
+  jax's lhs/rhs messages, a blame on the weights, or, for w_out's D, accepted)."""
+  mesh = cpu_mesh((4,), ("expert",))
+  x, sizes, w_in, w_out = _mlp_operands(4, seed=3)
+  args = {**dict(x=x, sizes=sizes, w_in=w_in, w_out=w_out), **change}
+  layer = _shard_map(
+      lambda x, s, a, b: expert_parallel.expert_parallel_mlp(x, s[0], a, b, axis_name="expert"),
+      mesh, (P("expert"),) * 4, P("expert"))
+  with pytest.raises(TypeError, match=message):
+    jax.jit(layer).trace(args["x"], args["sizes"], args["w_in"], args["w_out"])
+
+
 def _ragged_all_to_all_model(operands, input_offsets, send_sizes, output_offsets, out_rows):
   """jax.lax.ragged_all_to_all's documented semantics, device by device, in NumPy."""
   shards = len(operands)
@@ -153,6 +174,22 @@ def test_ragged_all_to_all_stand_in_has_jax_semantics(per_device):
   got = jax.jit(fn)(operands, start.astype(np.int32), send.astype(np.int32),
                     output_offsets.astype(np.int32), recv_sizes.astype(np.int32))
   np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+@pytest.mark.parametrize("output, slices, message", [
+    (np.ones((8, 2), jnp.bfloat16), 4, r"output: expected float32\[\*, 2\] like operand"),
+    (np.ones((8, 1), np.float32), 4, r"output: expected float32\[\*, 2\] like operand"),
+    (np.ones((8, 2), np.float32), 6, r"expected one length, a multiple of the 4 devices"),
+], ids=["dtype", "trailing_dims", "slices_per_device"])
+def test_ragged_all_to_all_names_mismatched_arguments(output, slices, message):
+  """The CPU stand-in promoted, broadcast or dropped slices where these are mistakes."""
+  mesh = cpu_mesh((4,), ("x",))
+  offsets = np.zeros((4, slices), np.int32)
+  body = lambda a, b, c: expert_parallel.ragged_all_to_all(a, b, c[0], c[0], c[0], c[0],
+                                                            axis_name="x")
+  fn = _shard_map(body, mesh, (P("x"),) * 3, P("x"))
+  with pytest.raises(TypeError, match=message):
+    jax.jit(fn).trace(np.ones((8, 2), np.float32), np.tile(output, (4, 1)), offsets)
 
 
 def _replicated_token_experts(mesh):

@@ -47,6 +47,17 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
   all_gathers (each device gathers every operand and picks the slices sent to
   it): S times the traffic, meant for CPU meshes (tests), not for speed.
   """
+  if jnp.result_type(operand) != jnp.result_type(output) or (
+      jnp.shape(operand)[1:] != jnp.shape(output)[1:]):
+    raise TypeError(f"output: expected {jnp.result_type(operand)}[*, "
+                    f"{', '.join(map(str, jnp.shape(operand)[1:]))}] like operand, got "
+                    f"{jnp.result_type(output)}{list(jnp.shape(output))}")
+  slices = {jnp.shape(a) for a in (input_offsets, send_sizes, output_offsets, recv_sizes)}
+  if len(slices) != 1 or len(next(iter(slices))) != 1 or (
+      next(iter(slices))[0] % lax.axis_size(axis_name)):
+    raise TypeError(f"input_offsets, send_sizes, output_offsets, recv_sizes: expected one "
+                    f"length, a multiple of the {lax.axis_size(axis_name)} devices of "
+                    f"{axis_name!r}, got shapes {sorted(slices)}")
   args = (operand, output) + tuple(jnp.asarray(a, jnp.int32) for a in
                                    (input_offsets, send_sizes, output_offsets, recv_sizes))
   return lax.platform_dependent(
@@ -80,6 +91,26 @@ def _exclusive_cumsum(x, axis):
   return jnp.cumsum(x, axis=axis) - x
 
 
+def _check_mlp_operands(x, group_sizes, w_in, w_out, shards: int) -> None:
+  """Trace-time errors naming the argument, for the shapes expert_parallel_mlp documents."""
+  if jnp.ndim(x) != 2:
+    raise TypeError(f"x: expected [T, D], got shape {jnp.shape(x)}")
+  d = x.shape[1]
+  if jnp.ndim(w_in) != 3 or w_in.shape[1] != d:
+    raise TypeError(f"w_in: expected [G_local, {d}, F] (D of x), got shape {jnp.shape(w_in)}")
+  local, f = w_in.shape[0], w_in.shape[2]
+  if jnp.shape(w_out) != (local, f, d):
+    raise TypeError(f"w_out: expected [{local}, {f}, {d}] (G_local and F of w_in, D of x), got "
+                    f"shape {jnp.shape(w_out)}")
+  if (jnp.ndim(group_sizes) != 1
+      or not jnp.issubdtype(jnp.result_type(group_sizes), jnp.integer)):
+    raise TypeError(f"group_sizes: expected integers [G] (this device's rows of every global "
+                    f"expert), got {jnp.result_type(group_sizes)}{list(jnp.shape(group_sizes))}")
+  if group_sizes.shape[0] != shards * local:
+    raise TypeError(f"group_sizes: expected {shards * local} experts ({shards} devices x "
+                    f"{local} local experts of w_in), got {group_sizes.shape[0]}")
+
+
 def expert_parallel_mlp(x, group_sizes, w_in, w_out, *, axis_name, activation=jax.nn.silu):
   """y = activation(x . w_in[e]) . w_out[e] per row, for experts sharded over `axis_name`.
 
@@ -94,10 +125,8 @@ def expert_parallel_mlp(x, group_sizes, w_in, w_out, *, axis_name, activation=ja
   """
   shards = lax.axis_size(axis_name)
   me = lax.axis_index(axis_name)
+  _check_mlp_operands(x, group_sizes, w_in, w_out, shards)
   num_groups, local_groups = group_sizes.shape[0], w_in.shape[0]
-  if w_out.shape[0] != local_groups or local_groups * shards != num_groups:
-    raise TypeError(f"w_in, w_out: expected {num_groups} // {shards} local experts each, got "
-                    f"{w_in.shape[0]} and {w_out.shape[0]}")
   rows = x.shape[0]
   ends = group_ends(group_sizes, rows)
   sizes = jnp.diff(ends, prepend=0)  # clamped: the offsets below stay in bounds
