@@ -483,3 +483,23 @@ def test_partially_manual_shard_map_is_correct(partitioner):
                      check_vma=False)
   out = jax.jit(fn)(_put(mesh, lhs, P()), _put(mesh, rhs, P(None, None, "model")))
   _assert_close(out, _unsharded()[0], "forward")
+
+
+@pytest.mark.parametrize("rhs_spec", [P("model"), P(None, None, None, "model"),
+                                      P(None, "data")], ids=["groups", "n1", "k1"])
+def test_explicit_axes_canonical_reshape_of_several_runs(rhs_spec, partitioner):
+  """Two contracted dims and two free dims: the canonical reshape merges two runs of rhs at
+  once, which jax's Explicit-axes rule refuses in one reshape (ragged_dot.merged merges them
+  pair by pair)."""
+  mesh = cpu_mesh(axis_type=AxisType.Explicit)
+  rng = np.random.default_rng(12)
+  lhs = rng.standard_normal((M, 4, 2)).astype(np.float32)
+  rhs = rng.standard_normal((G, 4, 2, 4, 2)).astype(np.float32)
+  dims = jax.lax.RaggedDotDimensionNumbers(
+      dot_dimension_numbers=(([1, 2], [1, 2]), ([], [])), lhs_ragged_dimensions=[0],
+      rhs_group_dimensions=[0])
+  expected = reference.ragged_m(lhs.reshape(M, 8), rhs.reshape(G, 8, 8), SIZES).reshape(M, 4, 2)
+  with jax.set_mesh(mesh):
+    out = jax.jit(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims))(
+        _put(mesh, lhs, P()), _put(mesh, rhs, rhs_spec), jnp.array(SIZES, jnp.int32))
+  _assert_close(out, expected, "forward")

@@ -199,15 +199,24 @@ def _permute(x, perm):
 def merged(x, shape):
   """x.reshape(shape), where shape merges runs of consecutive dims of x (unit dims may come
   and go). On Explicit mesh axes a merged dim can carry only the split of its run's first
-  dim: a split of a later one is gathered first (else jax refuses the reshape)."""
+  dim: a split of a later one is gathered first; and jax's reshape rule takes one merge of
+  two dims at a time, not several in one reshape, so the runs are merged pair by pair."""
   sharding = jax.typeof(x).sharding
-  if not sharding.mesh.empty and sharding.mesh.explicit_axes:
-    starts = set(itertools.accumulate(shape, operator.mul, initial=1))
-    spec = list(sharding.spec) + [None] * (x.ndim - len(sharding.spec))
-    behind = [spec[d] is not None and math.prod(x.shape[:d]) not in starts for d in range(x.ndim)]
-    if any(behind):
-      x = jax.sharding.reshard(x, sharding.update(
-          spec=P(*(None if b else s for b, s in zip(behind, spec)))))
+  if sharding.mesh.empty or not sharding.mesh.explicit_axes:
+    return x.reshape(shape)
+  starts = set(itertools.accumulate(shape, operator.mul, initial=1))
+  spec = list(sharding.spec) + [None] * (x.ndim - len(sharding.spec))
+  behind = [spec[d] is not None and math.prod(x.shape[:d]) not in starts for d in range(x.ndim)]
+  if any(behind):
+    x = jax.sharding.reshard(x, sharding.update(
+        spec=P(*(None if b else s for b, s in zip(behind, spec)))))
+  at = 0
+  for size in shape if x.size else ():  # (nothing to place in an empty array)
+    if size == 1 and (at >= x.ndim or x.shape[at] != 1):
+      continue  # a unit dim that comes: the last reshape inserts it
+    while at + 1 < x.ndim and x.shape[at] < size:
+      x = x.reshape(x.shape[:at] + (x.shape[at] * x.shape[at + 1],) + x.shape[at + 2:])
+    at += 1
   return x.reshape(shape)
 
 

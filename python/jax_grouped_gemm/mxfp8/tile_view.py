@@ -31,6 +31,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jax_grouped_gemm.ragged_dot import merged
+
 TILE = 128  # data rows and columns of one tile
 SCALE_TILE_BYTES = 512
 BATCH_DIMS = 3  # (G, Rt, Ct)
@@ -43,9 +45,9 @@ def _ceil_div(a: int, b: int) -> int:
   return -(-a // b)
 
 
-# The views' reshapes go one split (or merge) of one dim in two at a time: on meshes of
-# Explicit axes jax's reshape rule takes each such step (a split dim keeps its sharding on
-# the major part) but refuses two in one reshape.
+# The views' splits go one dim in two at a time: on meshes of Explicit axes jax's reshape
+# rule takes each such step (a split dim keeps its sharding on the major part) but refuses
+# two in one reshape. Merging back is ragged_dot.merged.
 def _split(x, parts):
   """x [d0, d1, ...] -> [*parts[0], *parts[1], ...] (prod(parts[i]) == di)."""
   at = 0
@@ -74,17 +76,6 @@ def _gathered_unless_divisible(x, dim: int, major: int):
   spec = list(sharding.spec)
   spec[dim] = None
   return jax.sharding.reshard(x, sharding.update(spec=jax.sharding.PartitionSpec(*spec)))
-
-
-def _merge(x, counts):
-  """The inverse of _split: consecutive runs of counts[i] dims of x merged into one."""
-  at = 0
-  for count in counts:
-    for _ in range(count - 1):
-      shape = x.shape
-      x = x.reshape(shape[:at] + (shape[at] * shape[at + 1],) + shape[at + 2:])
-    at += 1
-  return x
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,16 +116,15 @@ class TileView:
   def _as_stack(self, x):
     return x.reshape((1,) + x.shape) if self.matrix else x
 
-  def _as_leaf(self, stack):
-    return stack.reshape(stack.shape[1:]) if self.matrix else stack
-
   def data_to_view(self, stack):
     g, rt, ct = self.batch
     parts = ((g,), (rt, self.tile_rows), (ct, self.tile_cols))
     return _split(self._as_stack(stack), parts).transpose(DATA_ORDER)
 
   def data_from_view(self, view):
-    return self._as_leaf(_merge(view.transpose(DATA_ORDER), (1, 2, 2)))
+    g, rt, ct = self.batch
+    shape = (g, rt * self.tile_rows, ct * self.tile_cols)
+    return merged(view.transpose(DATA_ORDER), shape[1:] if self.matrix else shape)
 
   # --- scales -------------------------------------------------------------------------------
 
@@ -175,9 +165,8 @@ class TileView:
     return _split(self._as_stack(leaf), parts).transpose(to_view)
 
   def scales_from_view(self, view, colwise: bool, swizzled: bool):
-    split, _ = self._leaf_split(colwise, swizzled)
-    stack = view.transpose(self.scale_view_order(colwise, swizzled))
-    return self._as_leaf(_merge(stack, (1, 2, len(split) - 3)))
+    return merged(view.transpose(self.scale_view_order(colwise, swizzled)),
+                  self.scale_leaf_shape(colwise, swizzled))
 
   # --- the other buffers ----------------------------------------------------------------------
 
