@@ -52,12 +52,13 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
     raise TypeError(f"output: expected {jnp.result_type(operand)}[*, "
                     f"{', '.join(map(str, jnp.shape(operand)[1:]))}] like operand, got "
                     f"{jnp.result_type(output)}{list(jnp.shape(output))}")
-  slices = {jnp.shape(a) for a in (input_offsets, send_sizes, output_offsets, recv_sizes)}
-  if len(slices) != 1 or len(next(iter(slices))) != 1 or (
-      next(iter(slices))[0] % lax.axis_size(axis_name)):
+  shapes = {jnp.shape(a) for a in (input_offsets, send_sizes, output_offsets, recv_sizes)}
+  devices = lax.axis_size(axis_name)
+  (shape,) = shapes if len(shapes) == 1 else ((),)
+  if len(shape) != 1 or shape[0] % devices:
     raise TypeError(f"input_offsets, send_sizes, output_offsets, recv_sizes: expected one "
-                    f"length, a multiple of the {lax.axis_size(axis_name)} devices of "
-                    f"{axis_name!r}, got shapes {sorted(slices)}")
+                    f"length, a multiple of the {devices} devices of {axis_name!r}, got shapes "
+                    f"{sorted(shapes)}")
   args = (operand, output) + tuple(jnp.asarray(a, jnp.int32) for a in
                                    (input_offsets, send_sizes, output_offsets, recv_sizes))
   return lax.platform_dependent(
