@@ -1,6 +1,6 @@
 """The CUDA MXFP8 kernels, run on the CPU under a SIMT emulator, against the CPU kernels.
 
-tests/emulation/ compiles xla_plugin/kernels/cuda/mxfp8_kernels.cuh unchanged with g++ (one fiber
+tests/emulation/ compiles xla_plugin/kernels/cuda/mxfp8_*.cuh unchanged with g++ (one fiber
 per CUDA thread, barriers for __syncthreads and warp shuffles, NVIDIA's host
 reference of the fp8 conversions), so CI without a GPU still checks the CUDA kernels' tiling,
 in-kernel group prefix sums, 16-byte vector and scalar paths and scale-padding ownership. The

@@ -1,6 +1,7 @@
-// The CUDA MXFP8 kernels (xla_plugin/kernels/cuda/mxfp8_kernels.cuh), unchanged, run on the CPU
+// The CUDA MXFP8 kernels (xla_plugin/kernels/cuda/mxfp8_*.cuh), unchanged, run on the CPU
 // through simt_shim.h; C entry points for tests/test_mxfp8_emulated.py (ctypes).
 #include "tests/emulation/simt_shim.h"
+#include "xla_plugin/kernels/cuda/mxfp8_launch_config.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_wide_kernels.cuh"
 
 namespace {

@@ -1,10 +1,11 @@
-// Launches of the grouped MXFP8 kernels (mxfp8_kernels.cuh) on the caller's stream.
+// Launches of the grouped MXFP8 kernels (mxfp8_kernels.cuh, mxfp8_wide_kernels.cuh) on the caller's stream.
 #include "xla_plugin/kernels/cuda/mxfp8_cuda.h"
 
 #include <atomic>
 #include <cstdlib>
 
 #include "xla_plugin/kernels/cuda/device_info.h"
+#include "xla_plugin/kernels/cuda/mxfp8_launch_config.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_wide_kernels.cuh"
 
 namespace jgg::cuda {

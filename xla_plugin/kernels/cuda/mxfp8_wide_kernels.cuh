@@ -1,5 +1,5 @@
 // Grouped MXFP8 quantize / dequantize with wide tiles: the kernels for every call whose rows
-// are whole 16-byte chunks at aligned addresses (WideTiles in mxfp8_kernels.cuh; the others take
+// are whole 16-byte chunks at aligned addresses (WideTiles in mxfp8_launch_config.cuh; the others take
 // that header's 8-byte strips).
 //
 // Same jobs as the strip kernels (32-row tiles of one region, taken from the job counter, scale
