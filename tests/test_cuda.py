@@ -210,3 +210,24 @@ def test_wgrad_streams_few_row_groups_beside_tensor_core_groups(in_dtype, out_dt
   for g, size in enumerate(sizes):
     assert reference.relative_error(out[g], expected[g]) < tolerance, (g, size)
   assert np.all(np.asarray(out)[[g for g, s in enumerate(sizes) if s == 0]] == 0)
+
+
+@requires_gpu
+def test_a_vmap_beyond_the_grid_limit_runs():
+  """70,000 vmapped problems: more batch entries than a CUDA grid dimension holds (65,535),
+  so the lowering splits the batch into two calls; forward and both gradients."""
+  batch, rows, k, n, g = 70_000, 8, 16, 8, 2
+  rng = np.random.default_rng(3)
+  lhs = jnp.asarray(rng.standard_normal((batch, rows, k)), jnp.float32)
+  rhs = jnp.asarray(rng.standard_normal((g, k, n)), jnp.float32)
+  sizes = jnp.asarray(rng.integers(0, 5, (batch, g)), jnp.int32)
+  loss = lambda a, b, s: jnp.sum(jgg.ragged_dot(a, b, s) ** 2)
+  out = jax.jit(jax.vmap(jgg.ragged_dot, (0, None, 0)))(lhs, rhs, sizes)
+  d_lhs, d_rhs = jax.jit(jax.vmap(jax.grad(loss, (0, 1)), (0, None, 0)))(lhs, rhs, sizes)
+  for i in (0, 65_534, 65_535, batch - 1):  # both sides of the split
+    expected = reference.ragged_m(lhs[i], rhs, np.asarray(sizes[i]))
+    assert reference.relative_error(out[i], expected) < 1e-5, i
+    theirs = reference.on_cpu(jax.grad(lambda a, b, s: jnp.sum(jax.lax.ragged_dot(a, b, s) ** 2),
+                                       (0, 1)), lhs[i], rhs, sizes[i])
+    np.testing.assert_allclose(d_lhs[i], theirs[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(d_rhs[i], theirs[1], rtol=1e-4, atol=1e-4)

@@ -113,6 +113,28 @@ def test_vmap_folds_into_the_batch(vmapped_rhs):
     assert reference.relative_error(out[i], expected) < 1e-5
 
 
+def test_batches_above_the_grid_limit_split_into_calls(monkeypatch):
+  """A vmap folds into the kernels' batch, which CUDA grids cap at 65535: larger batches become
+  several calls (here the cap is lowered to 2), forward and both gradients."""
+  from jax_grouped_gemm import ragged_gemm_ops
+  monkeypatch.setattr(ragged_gemm_ops, "MAX_BATCH_PER_CALL", 2)
+  keys = jax.random.split(jax.random.PRNGKey(11), 3)
+  lhs = jax.random.normal(keys[0], (5, 12, 4))
+  rhs = jax.random.normal(keys[1], (5, 3, 4, 6))
+  ct = jax.random.normal(keys[2], (5, 12, 6))
+  sizes = np.array([[3, 0, 9], [12, 0, 0], [1, 2, 3], [0, 0, 0], [4, 4, 4]], np.int32)
+  loss = lambda f: (lambda a, b, s, c: jnp.sum(f(a, b, s) * c))
+  batched = jax.jit(jax.vmap(jax.value_and_grad(loss(jgg.ragged_dot), (0, 1))))
+  assert batched.lower(lhs, rhs, sizes, ct).as_text().count("custom_call @jgg_ragged_m") == 6
+  value, (d_lhs, d_rhs) = batched(lhs, rhs, jnp.asarray(sizes), ct)
+  for i in range(5):
+    theirs = reference.on_cpu(jax.value_and_grad(loss(jax.lax.ragged_dot), (0, 1)),
+                              lhs[i], rhs[i], sizes[i], ct[i])
+    np.testing.assert_allclose(value[i], theirs[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d_lhs[i], theirs[1][0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d_rhs[i], theirs[1][1], rtol=1e-5, atol=1e-5)
+
+
 def test_vmap_of_grad():
   lhs = jax.random.normal(jax.random.PRNGKey(9), (2, 16, 4))
   rhs = jax.random.normal(jax.random.PRNGKey(10), (2, 4, 3))

@@ -162,23 +162,46 @@ def _call_target(target, op, out_shape, out_dtype, batch, num_groups, operands, 
   return out
 
 
+# The CUDA kernels put the batch on a grid dimension of at most 65535 blocks; a larger batch
+# (a vmap folds its axis into the batch) becomes several calls.
+MAX_BATCH_PER_CALL = 65535
+
+
+def _by_batch_chunks(call, operands, batch_axes, out_axis):
+  """call(*operands), split along each operand's batch axis into calls of at most
+  MAX_BATCH_PER_CALL entries whose results are concatenated along out_axis."""
+  batch = operands[0].shape[batch_axes[0]]
+  if not isinstance(batch, int) or batch <= MAX_BATCH_PER_CALL:
+    return call(*operands)
+  return jnp.concatenate([
+      call(*(jax.lax.slice_in_dim(x, start, min(start + MAX_BATCH_PER_CALL, batch), axis=axis)
+             for x, axis in zip(operands, batch_axes)))
+      for start in range(0, batch, MAX_BATCH_PER_CALL)], axis=out_axis)
+
+
 def _ragged_m_ffi(lhs, rhs, group_sizes, group_offset, *, rhs_transposed, out_dtype,
                   out_sharding=None):
   del out_sharding  # the per-device call; placement is the partitioner's
-  return _call_target(
-      _native.RAGGED_M_TARGET, "ragged_m",
-      _ragged_m_out_shape(lhs.shape, rhs.shape, rhs_transposed), out_dtype,
-      lhs.shape[0], rhs.shape[0], (lhs, rhs, group_sizes, group_offset),
-      rhs_transposed=bool(rhs_transposed))
+
+  def call(lhs, rhs, group_sizes):
+    return _call_target(
+        _native.RAGGED_M_TARGET, "ragged_m",
+        _ragged_m_out_shape(lhs.shape, rhs.shape, rhs_transposed), out_dtype,
+        lhs.shape[0], rhs.shape[0], (lhs, rhs, group_sizes, group_offset),
+        rhs_transposed=bool(rhs_transposed))
+  return _by_batch_chunks(call, (lhs, rhs, group_sizes), batch_axes=(0, 1, 0), out_axis=0)
 
 
 def _ragged_k_ffi(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype,
                   out_sharding=None):
   del out_sharding  # the per-device call; placement is the partitioner's
-  return _call_target(
-      _native.RAGGED_K_TARGET, "ragged_k",
-      _ragged_k_out_shape(lhs.shape, rhs.shape, num_groups), out_dtype,
-      lhs.shape[0], num_groups, (lhs, rhs, group_sizes, group_offset))
+
+  def call(lhs, rhs, group_sizes):
+    return _call_target(
+        _native.RAGGED_K_TARGET, "ragged_k",
+        _ragged_k_out_shape(lhs.shape, rhs.shape, num_groups), out_dtype,
+        lhs.shape[0], num_groups, (lhs, rhs, group_sizes, group_offset))
+  return _by_batch_chunks(call, (lhs, rhs, group_sizes), batch_axes=(0, 0, 0), out_axis=1)
 
 
 # --- differentiation ----------------------------------------------------------

@@ -36,6 +36,11 @@ cudaError_t LaunchMxfp8BlockScaled(const mxfp8::BlockScaledProblem& p,
   if (cudaError_t e = QueryDevice(&info); e != cudaSuccess) return e;
   if (info.major != 10 || info.minor != 0) return cudaErrorNotSupported;  // sm_100a: 10.0 only
   if (p.k % 16 != 0 || p.n % 16 != 0) return cudaErrorInvalidValue;
+  // CUTLASS's problem shapes are int (every group's extents are at most these), and the
+  // wgrad's zeroing launch has a grid row per group.
+  constexpr int64_t kMaxInt32 = 2147483647, kMaxGridY = 65535;
+  if (p.rows > kMaxInt32 || p.k > kMaxInt32 || p.n > kMaxInt32 || p.num_groups > kMaxGridY)
+    return cudaErrorInvalidConfiguration;
   switch (p.gemm) {
     case BlockScaledGemm::kForward:
       return WithResultType<BlockScaledGemm::kForward>(p, o, info, stream);

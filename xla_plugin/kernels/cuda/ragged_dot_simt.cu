@@ -15,6 +15,7 @@ namespace {
 constexpr int kTileM = 64, kTileN = 64, kTileK = 16;
 constexpr int kThreads = 256;  // 16 x 16 threads, each owning a 4 x 4 strided micro-tile
 constexpr int kMicro = 4;
+constexpr int64_t kMaxGridX = 2147483647;  // blocks along x; y and z are checked by the caller
 
 // acc[i][j] covers row ty + 16 i, column tx + 16 j of the tile.
 struct Accumulator {
@@ -174,8 +175,9 @@ cudaError_t LaunchRaggedMSimt(const RaggedMProblem& p, const RaggedOperands& o,
                                            p.rows, kTileM, o, stream); e != cudaSuccess) return e;
   const int64_t slots = MaxGroupTiles(p.rows, p.num_local_groups, kTileM) +
                         MaxUncoveredTiles(p.rows, kTileM);
-  const dim3 grid(static_cast<unsigned>(slots * CeilDiv(p.n, kTileN)), 1,
-                  static_cast<unsigned>(p.batch));
+  const int64_t blocks = slots * CeilDiv(p.n, kTileN);
+  if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(blocks), 1, static_cast<unsigned>(p.batch));
   return DispatchTypes(p.in_type, p.out_type, [&](auto t, auto u) {
     using T = decltype(t);
     using O = decltype(u);
@@ -196,8 +198,10 @@ cudaError_t LaunchRaggedKSimt(const RaggedKProblem& p, const RaggedOperands& o,
                               cudaStream_t stream) {
   if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
                                            p.rows, kTileM, o, stream); e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(CeilDiv(p.p, kTileM) * CeilDiv(p.n, kTileN)),
-                  static_cast<unsigned>(p.num_local_groups), static_cast<unsigned>(p.batch));
+  const int64_t blocks = CeilDiv(p.p, kTileM) * CeilDiv(p.n, kTileN);
+  if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.num_local_groups),
+                  static_cast<unsigned>(p.batch));
   return DispatchTypes(p.in_type, p.out_type, [&](auto t, auto u) {
     using T = decltype(t);
     using O = decltype(u);
