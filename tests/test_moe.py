@@ -250,6 +250,14 @@ def expert_parallel_checks():
   cuda = jax.jit(functools.partial(moe.moe_layer, top_k=2, expert_axis="expert", mesh=mesh)
                  ).trace(xs, ws).lower(lowering_platforms=("cuda",)).as_text()
   assert "ragged_all_to_all" in cuda
+  # `mesh=` alone (no jax.set_mesh) on Explicit axes, unsharded inputs: the layer makes the
+  # mesh its context and puts its inputs as its shard_map takes them, eagerly and under jit.
+  layer = functools.partial(moe.moe_layer, top_k=2, expert_axis="expert", mesh=mesh)
+  want_y, want_aux = moe.moe_layer(x, w, top_k=2)
+  for fn in (layer, jax.jit(layer)):
+    got_y, got_aux = fn(x, w)
+    assert relative_error(got_y, want_y) < 1e-6
+    assert float(got_aux) == pytest.approx(float(want_aux), rel=1e-6)
 
 
 

@@ -190,10 +190,20 @@ def moe_layer(x, weights: MoEWeights, *, top_k: int, normalize_weights: bool = T
 
   With `expert_axis`, runs moe_block in shard_map over that mesh axis (`mesh`,
   or the context mesh set by jax.set_mesh): tokens and the expert dimension of
-  gate/up/down are sharded over it, the router is replicated.
+  gate/up/down are sharded over it, the router is replicated. A `mesh` of Explicit axes
+  becomes the context mesh of the call (outside jit: call it under jit, or under
+  jax.set_mesh, to vmap or differentiate it).
   """
   if x.ndim == 0:
     raise TypeError("x: expected [..., d_model], got a scalar")
+  if (mesh is not None and mesh.explicit_axes and
+      jax.sharding.get_abstract_mesh() != mesh.abstract_mesh):
+    # Explicit axes type every value by the context mesh: make `mesh` the context, so that
+    # the layer puts its inputs as its shard_map takes them (below).
+    with _mesh_context(mesh):
+      return moe_layer(x, weights, top_k=top_k, normalize_weights=normalize_weights,
+                       activation=activation, projection=projection, expert_axis=expert_axis,
+                       mesh=mesh)
   tokens_shape = (math.prod(x.shape[:-1]), x.shape[-1])
   block = functools.partial(moe_block, top_k=top_k, normalize_weights=normalize_weights,
                             activation=activation, projection=projection)
@@ -216,6 +226,15 @@ def moe_layer(x, weights: MoEWeights, *, top_k: int, normalize_weights: bool = T
   weights = _resharded(weights, in_specs[1])
   y, aux_loss = block(tokens, weights)
   return _on_auto_axes(lambda y: y.reshape(x.shape), out_sharding=x_spec)(y), aux_loss
+
+
+def _mesh_context(mesh):
+  """jax.set_mesh(mesh) where jax allows it (outside any trace, a concrete mesh), else the
+  abstract mesh, which is what tracing needs."""
+  try:
+    return jax.set_mesh(mesh)  # refuses before it changes anything
+  except ValueError:
+    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
 def _explicit_mesh():
