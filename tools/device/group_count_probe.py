@@ -5,7 +5,9 @@ rows in any 128-row tile) for several G, timed as the bench times ours (LoopTime
 to the anchor's own jittered sizes and the dense GEMM of the same FLOPs. If equal groups
 run as fast at G = 128 as at G = 1, a group costs nothing and what the anchors lose is
 their tiles' idle rows; if not, the difference is per-group work (CUTLASS's tensor-map
-update at each change of group, L2 reuse across groups).
+update at each change of group, L2 reuse across groups). Beside each equal split, XLA's
+batched GEMM of the same groups ("batched": one strided-batch call, no per-group pointers
+or tensor maps) shows what groups of that size cost a dense kernel.
 Run on the device:
   PYTHONPATH=python:tests:. python3 tools/device/group_count_probe.py [--out FILE]
 """
@@ -31,6 +33,19 @@ SPLITS = (("qwen3-30b", (1, 8, 32, 128)), ("deepseek-ep8", (1, 8, 32)))
 
 def _time(timer, fn, operands) -> float:
   return timer(fn, operands)["seconds"]
+
+
+# The pass as a batched GEMM over G equal groups: (lhs, rhs) of the pass -> [G, ...] result.
+_BATCHED_CONTRACTING = {"fwd": ((2,), (1,)), "dgrad": ((2,), (2,)), "wgrad": ((1,), (1,))}
+
+
+def _batched_fn(pass_name, g):
+  def fn(lhs, rhs):
+    lhs = lhs.reshape(g, lhs.shape[0] // g, lhs.shape[1])
+    if pass_name == "wgrad":
+      rhs = rhs.reshape(g, rhs.shape[0] // g, rhs.shape[1])
+    return jax.lax.dot_general(lhs, rhs, (_BATCHED_CONTRACTING[pass_name], ((0,), (0,))))
+  return fn
 
 
 def main(argv=None) -> int:
@@ -65,6 +80,14 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"| {name} | {pass_name} | {kind} | {g} | {m // g} | {row['ms']:.3f} | "
               f"{row['tflops']:.0f} | {dense_s / seconds:.2f}x |", flush=True)
+        if kind == "equal" and g > 1:
+          operands = jc._random_operands((m, k, n, g))
+          seconds = _time(timer, _batched_fn(pass_name, g), jc._pass_operands(operands, pass_name))
+          del operands
+          row = dict(row, sizes="batched", ms=seconds * 1e3, tflops=flops / seconds / 1e12)
+          rows.append(row)
+          print(f"| {name} | {pass_name} | batched | {g} | {m // g} | {row['ms']:.3f} | "
+                f"{row['tflops']:.0f} | {dense_s / seconds:.2f}x |", flush=True)
       print(f"| {name} | {pass_name} | dense | - | - | {dense_s * 1e3:.3f} | "
             f"{flops / dense_s / 1e12:.0f} | 1.00x |", flush=True)
   if args.out:
