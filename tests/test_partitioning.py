@@ -21,6 +21,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native, partitioning
 from jax_grouped_gemm.group_sizes import group_ends
+from jax_grouped_gemm.sharding_rules import dim_axes
 from jax_grouped_gemm import ragged_gemm_ops as ops
 import reference
 from sharding_checks import (  # noqa: F401  (fixtures: on_cpu, partitioner)
@@ -503,3 +504,87 @@ def test_explicit_axes_canonical_reshape_of_several_runs(rhs_spec, partitioner):
     out = jax.jit(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims))(
         _put(mesh, lhs, P()), _put(mesh, rhs, rhs_spec), jnp.array(SIZES, jnp.int32))
   _assert_close(out, expected, "forward")
+
+
+# A dim that ragged_dot_general merges into a canonical one, split over an axis that does not
+# divide it: Shardy propagates part of the axis (a sub-axis) onto the merged dim, which no
+# mesh of whole axes names. (lhs shape, rhs shape, dimension numbers, group sizes, lhs spec,
+# rhs spec); "model" (4) over a dim of 2 or 6.
+_RaggedDims = jax.lax.RaggedDotDimensionNumbers
+SIZES_OF_6 = [2, 0, 1, 0, 1, 0, 0, 1]  # 5 of 6 ragged indices
+MERGED_UNEVEN_CASES = {
+    # rhs [G, K, N1, N2] split on N1: the canonical N is N1 * N2.
+    "rhs_n1": ((M, K), (G, K, 2, 12), _RaggedDims((([1], [1]), ([], [])), [0], [0]),
+               SIZES, P(), P(None, None, "model")),
+    # two contracting dims, the first split: the canonical K is K1 * K2.
+    "two_contracting": ((M, 2, 8), (G, 2, 8, N), _RaggedDims((([1, 2], [1, 2]), ([], [])),
+                                                             [0], [0]),
+                        SIZES, P(None, "model"), P(None, "model")),
+    # lhs free dims inside the ragged one, the ragged dim split: the canonical M is 6 * 4.
+    "lhs_free_inside_ragged": ((6, 4, K), (G, K, N), _RaggedDims((([2], [1]), ([], [])),
+                                                                 [0], [0]),
+                               SIZES_OF_6, P("model"), P()),
+    # ragged contracting with a contracting dim inside the ragged one, the ragged dim split.
+    "inner_ragged_contracting": ((6, 4, K), (6, 4, N), _RaggedDims((([0, 1], [0, 1]), ([], [])),
+                                                                   [0], []),
+                                 SIZES_OF_6, P("model"), P("model")),
+}
+
+
+@pytest.mark.parametrize("mesh_shape", [(4,), (2, 4)], ids=["model", "data_model"])
+@pytest.mark.parametrize("layout", list(MERGED_UNEVEN_CASES))
+def test_uneven_split_of_a_merged_dim_is_computed_replicated(layout, mesh_shape, partitioner):
+  """The merged dim reaches the partitioned op split over a sub-axis of "model", which jax's
+  custom_partitioning could not decode (IndivisibleError on one axis, KeyError with "data"
+  beside it): the plan reads it as unsplit and computes it replicated, forward and
+  gradients equal to the unsharded computation under both partitioners."""
+  mesh = cpu_mesh(mesh_shape, ("data", "model")[-len(mesh_shape):])
+  lhs_shape, rhs_shape, dims, group_sizes, lhs_spec, rhs_spec = MERGED_UNEVEN_CASES[layout]
+  rng = np.random.default_rng(13)
+  lhs = rng.standard_normal(lhs_shape).astype(np.float32)
+  rhs = rng.standard_normal(rhs_shape).astype(np.float32)
+  sizes = jnp.array(group_sizes, jnp.int32)
+
+  def unsharded(a, b):
+    return jgg.ragged_dot_general(a, b, sizes, dims)
+
+  def sharded(a, b):
+    a = jax.lax.with_sharding_constraint(a, NamedSharding(mesh, lhs_spec))
+    b = jax.lax.with_sharding_constraint(b, NamedSharding(mesh, rhs_spec))
+    return jgg.ragged_dot_general(a, b, sizes, dims)
+
+  expected = jax.jit(functools.partial(jax.lax.ragged_dot_general, group_sizes=sizes,
+                                       ragged_dot_dimension_numbers=dims))(lhs, rhs)
+  ct = rng.standard_normal(expected.shape).astype(np.float32)
+  grad = lambda fn: jax.jit(jax.grad(lambda a, b: jnp.sum(fn(a, b) * ct), (0, 1)))
+  _assert_close(jax.jit(unsharded)(lhs, rhs), expected, "unsharded forward")
+  _assert_close(jax.jit(sharded)(lhs, rhs), expected, "forward")
+  for got, want, name in zip(grad(sharded)(lhs, rhs), grad(unsharded)(lhs, rhs), ("dx", "dw")):
+    _assert_close(got, want, name)
+
+
+@pytest.mark.parametrize("spec", [P(), P("data"), P(None, "model"), P(("data", "model")),
+                                  P(("model", "data")), P("model", "data"),
+                                  P(None, None, ("model", "data"))], ids=str)
+def test_partitioners_sharding_is_read_as_its_mesh_axes(spec):
+  """custom_partitioning hands the partitioner's shardings over undecoded: dim_axes reads
+  a split over whole mesh axes as exactly those axes, in their order."""
+  from jax._src.sharding_impls import GSPMDSharding  # what custom_partitioning passes
+  mesh = cpu_mesh()
+  hlo = NamedSharding(mesh, spec)._to_xla_hlo_sharding(3)
+  assert (dim_axes(GSPMDSharding(mesh._flat_devices_tuple, hlo), 3, mesh)
+          == dim_axes(NamedSharding(mesh, spec), 3))
+
+
+@pytest.mark.parametrize("tiles, order, expected", [
+    ([1, 2, 1, 4], [1, 0, 2], ((), (), ())),               # "model":(1)2 on dim 1
+    ([2, 2, 1, 2], [0, 1, 2], (("data",), (), ())),        # "data" on dim 0, "model":(1)2 on 1
+    ([1, 1, 2, 4], [2, 0, 1], ((), (), ())),               # "model":(2)2 on dim 2
+], ids=["sub_axis", "whole_and_sub_axis", "minor_sub_axis"])
+def test_split_over_part_of_a_mesh_axis_reads_as_unsplit(tiles, order, expected):
+  """Shardy's sub-axes (no mesh of whole axes names them) read as unsplit dims."""
+  from jax._src.lib import xla_client as xc
+  from jax._src.sharding_impls import GSPMDSharding
+  mesh = cpu_mesh()
+  hlo = xc.HloSharding.iota_tile(tiles, [2, 2, 2], order, [xc.OpSharding.Type.REPLICATED])
+  assert dim_axes(GSPMDSharding(mesh._flat_devices_tuple, hlo), 3, mesh) == expected

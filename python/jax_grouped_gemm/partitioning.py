@@ -10,7 +10,12 @@ a shard of the experts, then one psum or reduce-scatter for sharded
 reductions. Every canonical dimension is one factor: the reshapes from
 jax.lax's N-D dimension numbers to the canonical shapes happen outside the
 partitioned op (ragged_dot.py), where the partitioners see through them, so no
-compound factors (and no factor sizes) are needed. The ragged data itself
+compound factors (and no factor sizes) are needed. Seeing through a merge, Shardy
+splits the merged dim over part of a mesh axis when the axis does not divide the
+dim it came from (rhs [G, K, 2, N2] split 4 ways on the 2: the canonical N gets
+the axis' first factor of 2), a sharding no mesh of whole axes names: the
+callbacks read the partitioner's shardings themselves (`dim_axes`), and such a
+dim reads as unsplit, so it is computed replicated. The ragged data itself
 never moves between shards here; moving rows to their experts is the
 shard_map path (expert_parallel.py).
 
@@ -106,29 +111,33 @@ def _local_computation(op: PartitionedOp, params: dict, plan: ShardingPlan):
   return run
 
 
-def _shapes_and_axes(arg_shapes):
+def _shapes_and_axes(arg_shapes, mesh):
   return ([a.shape for a in arg_shapes],
-          [dim_axes(a.sharding, len(a.shape)) for a in arg_shapes])
+          [dim_axes(a.sharding, len(a.shape), mesh) for a in arg_shapes])
 
 
 def _partitioned(op: PartitionedOp):
   """custom_partitioning of `op.call`, its rules generated from `op.spec`.
 
   Static params travel as a sorted tuple of items (hashable), first argument of
-  every callback.
+  every callback. The callbacks take the partitioner's shardings undecoded
+  (`decode_shardings=False`) and read them with `dim_axes`: jax's own decoding to
+  a NamedSharding raises, before any callback runs, on a split over part of a
+  mesh axis, which Shardy propagates onto a dimension the canonical reshape
+  merged from one the axis does not divide; `dim_axes` reads it as unsplit.
   """
   fn = custom_partitioning(lambda *args: op.call(*args[:4], **dict(args[4])),
                            static_argnums=(4,))
 
   def infer_sharding_from_operands(params, mesh, arg_shapes, result_shape):
-    shapes, axes = _shapes_and_axes(arg_shapes)
+    shapes, axes = _shapes_and_axes(arg_shapes, mesh)
     return plan_sharding(op.spec(**dict(params)), mesh, shapes, axes,
                          result_shape.shape).result_sharding()
 
   def partition(params, mesh, arg_shapes, result_shape):
-    shapes, axes = _shapes_and_axes(arg_shapes)
+    shapes, axes = _shapes_and_axes(arg_shapes, mesh)
     plan = plan_sharding(op.spec(**dict(params)), mesh, shapes, axes, result_shape.shape,
-                         dim_axes(result_shape.sharding, len(result_shape.shape)))
+                         dim_axes(result_shape.sharding, len(result_shape.shape), mesh))
     return (mesh, _local_computation(op, dict(params), plan), plan.result_sharding(),
             plan.operand_shardings())
 
@@ -137,7 +146,7 @@ def _partitioned(op: PartitionedOp):
     return op.spec(**dict(params)).sharding_rule()
 
   fn.def_partition(partition, infer_sharding_from_operands=infer_sharding_from_operands,
-                   sharding_rule=sharding_rule)
+                   sharding_rule=sharding_rule, decode_shardings=False)
   return fn
 
 

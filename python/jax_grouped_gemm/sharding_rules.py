@@ -29,20 +29,22 @@ are all-gathered and the result reduce-scattered back, as Megatron's all-gather
 token dispatcher does), then batch, then the ragged rows (so FSDP-sharded
 weights are all-gathered, not the tokens), then the free dims, then the
 contracted ones. A sharding that would split an axis across two factors, or
-does not divide its dimension evenly, is not honoured: that dimension is
-computed replicated (the partitioner inserts the all-gather), which is always
-correct.
+does not divide its dimension evenly, or splits it over part of a mesh axis
+(Shardy's sub-axes: `dim_axes`), is not honoured: that dimension is computed
+replicated (the partitioner inserts the all-gather), which is always correct.
 
-Pure Python over shapes and mesh axis names: no primitives, no tracing.
+Pure Python over shapes, mesh axis names and devices: no primitives, no tracing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Mapping
 
 import jax
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 Axes = tuple[str, ...]  # mesh axes one dimension is split over, major to minor
@@ -111,13 +113,60 @@ def ragged_k_spec() -> OpShardingSpec:
 
 # --- the plan -------------------------------------------------------------------
 
-def dim_axes(sharding, ndim: int) -> tuple[Axes, ...]:
-  """Per dimension, the mesh axes a NamedSharding splits it over."""
-  if not isinstance(sharding, NamedSharding):  # no mesh to name: treat as replicated
+def dim_axes(sharding, ndim: int, mesh=None) -> tuple[Axes, ...]:
+  """Per dimension, the whole mesh axes a sharding splits it over (major to minor).
+
+  A NamedSharding names them. Any other sharding (the partitioner's own, which
+  custom_partitioning hands over undecoded: partitioning.py) is read off its
+  devices' shards on `mesh`: a dimension is split over the mesh axes its shards
+  follow exactly. A split that follows no whole mesh axes reads as unsplit, so
+  the plan computes that dimension replicated: Shardy shards a dimension over
+  part of an axis (a sub-axis) where a reshape merges a dimension that the axis
+  does not divide into a larger one (a size-2 dimension split over an axis of 4
+  gives the merged dimension the axis' first factor of 2), and no mesh of whole
+  axes can name that split. Without a mesh, a sharding reads as replicated.
+  """
+  if isinstance(sharding, NamedSharding):
+    entries = tuple(sharding.spec) + (None,) * (ndim - len(sharding.spec))
+    return tuple(() if e is None or e is PartitionSpec.UNCONSTRAINED else
+                 (e,) if isinstance(e, str) else tuple(e) for e in entries)
+  if sharding is None or mesh is None or mesh.empty or ndim == 0:
     return ((),) * ndim
-  entries = tuple(sharding.spec) + (None,) * (ndim - len(sharding.spec))
-  return tuple(() if e is None or e is PartitionSpec.UNCONSTRAINED else
-               (e,) if isinstance(e, str) else tuple(e) for e in entries)
+  return _axes_of_shards(sharding, mesh, ndim)
+
+
+def _axes_of_shards(sharding, mesh, ndim: int) -> tuple[Axes, ...]:
+  """dim_axes of a sharding given by its devices: on a global shape of mesh.size per
+  dimension (every split of the devices divides it), each device's shard index along
+  a dimension must be its mixed-radix coordinate over some whole mesh axes."""
+  extent = mesh.size
+  where = {device: index for index, device in np.ndenumerate(mesh.devices)}
+  shards = sharding.devices_indices_map((extent,) * ndim)
+  if set(shards) != set(where):  # not this mesh's devices: nothing to name
+    return ((),) * ndim
+  coords = np.array([where[d] for d in shards]).reshape(len(shards), len(mesh.axis_names))
+  bounds = np.array([[s.indices(extent)[:2] for s in index] for index in shards.values()])
+  starts, lengths = bounds[..., 0], bounds[..., 1] - bounds[..., 0]
+  names = [a for a in mesh.axis_names if mesh.shape[a] > 1]
+
+  def radix(axes):  # each device's index over `axes`, the first major
+    index = np.zeros(len(shards), np.int64)
+    for a in axes:
+      index = index * mesh.shape[a] + coords[:, mesh.axis_names.index(a)]
+    return index
+
+  out = []
+  for d in range(ndim):
+    if np.all(lengths[:, d] == extent) or np.any(lengths[:, d] != lengths[0, d]):
+      out.append(())
+      continue
+    tiles, index = extent // lengths[0, d], starts[:, d] // lengths[0, d]
+    candidates = (axes for count in range(1, len(names) + 1)
+                  for axes in itertools.permutations(names, count)
+                  if math.prod(mesh.shape[a] for a in axes) == tiles)
+    out.append(next((axes for axes in candidates
+                     if np.array_equal(radix(axes), index)), ()))
+  return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
