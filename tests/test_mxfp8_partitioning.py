@@ -296,19 +296,106 @@ def test_stack_quantize_in_shard_map_compiles_under_scan_gradients_and_eagerly()
                                                                   done.stderr[-3000:])
 
 
-@pytest.mark.xfail(strict=True, raises=jax.errors.JaxRuntimeError,
-                   reason="known limitation (docs/ARCHITECTURE.md, MXFP8 partitioning): on Auto "
-                          "axes Shardy splits a dim of fewer 128-tiles than shards on a sub-axis, "
-                          "which jax's custom_partitioning cannot parse; strict, so a jax that "
-                          "handles it turns this into a failure to remove the limitation")
-def test_auto_axes_weight_split_finer_than_its_tiles_reaching_the_bf16_gemm():
-  mesh = cpu_mesh(axis_type=AxisType.Auto)
-  x = jnp.ones((640, 256), jnp.float32)
-  sizes = jnp.array([160] * 4, jnp.int32)  # > 128 rows a group: the dequantize backend
-  w = _put(mesh, jnp.ones((4, 256, 256), jnp.float32), P(None, None, "model"))  # 2 tiles, 4 shards
-  previous = jax.config.jax_use_shardy_partitioner
-  jax.config.update("jax_use_shardy_partitioner", True)  # GSPMD aborts the process instead
-  try:
-    jax.jit(lambda x, w: jgg.grouped_dense(x, w, sizes, recipe=jgg.MXFP8Recipe()))(x, w)
-  finally:
-    jax.config.update("jax_use_shardy_partitioner", previous)
+@pytest.mark.parametrize("case", ["matrix_rows_4", "matrix_cols_4", "stack_rows_8"])
+@pytest.mark.parametrize("scale_layout", ["compact", "swizzled"])
+def test_auto_axes_split_finer_than_the_tiles_is_gathered_and_exact(case, scale_layout,
+                                                                    partitioner):
+  """A dim split on an Auto axis that does not divide its count of 128-tiles (256 rows, 2
+  tiles, 4 or 8 ways) is one tile, gathered before the call: under GSPMD the jit's output
+  shardings could not be named (IndivisibleError) when the partitioner had put part of the
+  axis on the tile dim."""
+  devices, shape, spec, local = {
+      "matrix_rows_4": (4, (256, 512), P("a"), "bf16[1,1,4,256,128]"),
+      "matrix_cols_4": (4, (512, 256), P(None, "a"), "bf16[1,4,1,128,256]"),
+      "stack_rows_8": (8, (8, 256, 72), P(None, "a"), "bf16[8,1,1,256,72]"),
+  }[case]
+  mesh = cpu_mesh((devices,), ("a",))
+  rng = np.random.default_rng(5)
+  x = (rng.standard_normal(shape) * np.exp2(rng.integers(-20, 20, shape))).astype(jnp.bfloat16)
+  expected = _quantize(x, None, scale_layout)
+  xs = _put(mesh, x, spec)
+  fn = jax.jit(functools.partial(_quantize, sizes=None, scale_layout=scale_layout))
+  q = fn(xs)
+  _assert_bit_equal(q, expected)
+  for leaf in jax.tree.leaves(q):
+    assert isinstance(leaf.sharding, NamedSharding), leaf.sharding
+  (target, _, operands), = custom_calls(fn.lower(xs).compile().as_text())
+  assert target == QUANTIZE and operands[0] == local, (target, operands)
+  back = jax.jit(lambda q: mxfp8.dequantize(q, jnp.float32, colwise=True))(q)
+  np.testing.assert_array_equal(back, mxfp8.dequantize(expected, jnp.float32, colwise=True))
+
+
+_DATA_PARALLEL_GEMM = """
+import sys, jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P, AxisType
+import jax_grouped_gemm as jgg
+jax.config.update("jax_use_shardy_partitioner", sys.argv[1] == "shardy")
+mesh = jax.make_mesh((4,), ("data",), axis_types=(AxisType.Auto,), devices=jax.devices()[:4])
+rng = np.random.default_rng(0)
+x = rng.standard_normal((256, 128)).astype(jnp.bfloat16)
+w = (rng.standard_normal((2, 128, 256)) / 8).astype(jnp.bfloat16)
+sizes = jnp.array([128, 128], jnp.int32)
+for scale_layout in ("swizzled", "compact"):
+  def f(x, w):
+    qx = jgg.mxfp8.quantize(x, scale_layout=scale_layout)
+    qw = jgg.mxfp8.quantize(w, rowwise=False, colwise=True, scale_layout=scale_layout)
+    return jgg.ragged_dot(qx, qw, sizes, preferred_element_type=jnp.float32)
+  want = jax.jit(f)(x, w)
+  got = jax.jit(f)(jax.device_put(x, NamedSharding(mesh, P("data"))), w)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("which", ["shardy", "gspmd"])
+def test_data_parallel_mxfp8_gemm_with_fewer_row_tiles_than_shards(which):
+  """x [256, K] split 4 ways on rows (2 tiles) quantized and multiplied (the dequantize
+  backend, swizzled scales; the fused one, compact): the tile dim split on part of the
+  axis reached the BF16 GEMM's custom_partitioning, which Shardy refused (IndivisibleError)
+  and GSPMD aborted on (a CHECK failure): a child process, so that an abort is a failure."""
+  import os
+  import subprocess
+  import sys
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  done = subprocess.run([sys.executable, "-c", _DATA_PARALLEL_GEMM, which], env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0 and done.stdout.startswith("ok"), (done.returncode,
+                                                                  done.stderr[-3000:])
+
+
+_WEIGHT_SPLIT_FINER_THAN_ITS_TILES = """
+import sys, jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P, AxisType
+import jax_grouped_gemm as jgg
+jax.config.update("jax_use_shardy_partitioner", sys.argv[1] == "shardy")
+mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2,
+                     devices=jax.devices()[:8])
+x = jnp.asarray(np.random.default_rng(1).standard_normal((640, 256)), jnp.float32)
+sizes = jnp.array([160] * 4, jnp.int32)  # > 128 rows a group: the dequantize backend
+w = np.random.default_rng(2).standard_normal((4, 256, 256)).astype(np.float32) / 16
+layer = jax.jit(lambda x, w: jgg.grouped_dense(x, w, sizes, recipe=jgg.MXFP8Recipe()))
+want = layer(x, w)
+got = layer(x, jax.device_put(w, NamedSharding(mesh, P(None, None, "model"))))  # 2 tiles, 4 ways
+np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("which", ["shardy", "gspmd"])
+def test_auto_axes_weight_split_finer_than_its_tiles_reaching_the_bf16_gemm(which):
+  """N = 256 (2 tiles) split on a 4-way axis of a mesh whose other axis (2) divides the
+  tile count: the tiles stay (tile_view._tile_count), the partitioner splits the tile dim
+  over part of the axis, and the dequantized weight reaches the BF16 GEMM's
+  custom_partitioning, which reads that split as unsplit (partitioning.py, dim_axes) and
+  computes it replicated. It failed before (Shardy: a KeyError in jax's decoding; GSPMD:
+  a CHECK failure, hence a child process)."""
+  import os
+  import subprocess
+  import sys
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  done = subprocess.run([sys.executable, "-c", _WEIGHT_SPLIT_FINER_THAN_ITS_TILES, which],
+                        env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0 and done.stdout.startswith("ok"), (done.returncode,
+                                                                  done.stderr[-3000:])

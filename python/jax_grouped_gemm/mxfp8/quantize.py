@@ -165,7 +165,7 @@ def quantize(x, group_sizes=None, *, ragged_axis: int = 0, rowwise: bool = True,
 def _quantize_tiles(x, group_sizes, layout, element_dtype, rowwise, colwise, swizzled,
                     attributes):
   """The quantize call of a matrix or stack, batched over groups and tiles (tile_view.py)."""
-  view = TileView.for_tensor(layout, x.shape)
+  view = TileView.for_tensor(layout, x.shape, like=x)
   data = jax.ShapeDtypeStruct(view.data_shape(), element_dtype)
   scales = lambda c: jax.ShapeDtypeStruct(view.scale_view_shape(c, swizzled), jnp.uint8)
   results = (data if rowwise else view.empty(element_dtype),
@@ -261,7 +261,7 @@ def dequantize(q: MXFP8Tensor, dtype=jnp.bfloat16, *, colwise: bool | None = Non
                         [jax.ShapeDtypeStruct(data.shape, out_dtype)], data, scales,
                         group_sizes, **attributes)
     return out
-  view = TileView.for_tensor(q.layout, data.shape)
+  view = TileView.for_tensor(q.layout, data.shape, like=data)
   out, = batch_partitionable.call(
       _native.MXFP8_DEQUANTIZE_TARGET,
       [jax.ShapeDtypeStruct(view.data_shape(), out_dtype), _workspace(view.batch)],

@@ -16,6 +16,23 @@ stack [G', Rt' * 128, Ct' * 128] with its own scale slots.
 A dimension that is not a multiple of 128 is one tile (Rt or Ct = 1), as is
 every varying_both slot (its group's extent is relative to the slot's origin).
 
+A tile dim must never be split finer than its tiles. Where a mesh axis that does not
+divide the tile count splits the dimension (N = 256, 2 tiles, on a 4-way axis), the
+partitioners' reshape rules put a part of the axis (a sub-axis, Shardy's "a":(1)2, or
+GSPMD's partially replicated tiling) on the tile dim and the rest on the rows or
+columns within the tiles, which the call gathers; the results then carry that
+sub-axis, which jax cannot express: GSPMD fails to name the jit's output shardings
+(IndivisibleError) and a custom_partitioning call reading them (the BF16 grouped GEMM
+after dequantize) fails under both partitioners. On Explicit axes the split is known
+and such a dim is gathered first (`_gathered_unless_divisible`). On Auto axes only the
+mesh is known at trace time, so a dim whose tile count no Auto axis of the value's
+mesh divides is one tile (`_tile_count`): any split of it is gathered before the call,
+and no split is lost, since none could be in whole tiles. Where some Auto axis divides
+the count and another does not (2 tiles on a mesh of 2 x 4), the tiles stay, for the
+axis that divides it; a split on the other one is the limitation docs/ARCHITECTURE.md
+describes. Coarser tiles do not change a leaf's shape or bytes: a dim of several
+128-tiles called as one tile is the same row-major stack to the handler.
+
 Scale leaves of a stack keep the axes that shard (see tensor.py):
   compact rowwise   [G, padded rows, padded cols]        the scale matrix
   compact colwise   [G, padded block rows, padded cols]
@@ -78,6 +95,37 @@ def _gathered_unless_divisible(x, dim: int, major: int):
   return jax.sharding.reshard(x, sharding.update(spec=jax.sharding.PartitionSpec(*spec)))
 
 
+def _auto_axis_sizes(like, ndim: int) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+  """(the sizes above 1 of the Auto axes of `like`'s mesh, or of the context's, which the
+  partitioner may split any dim on; for each dim, whether Explicit axes split it)."""
+  if like is None:
+    return (), (False,) * ndim
+  sharding = getattr(jax.typeof(like), "sharding", None)
+  mesh = getattr(sharding, "mesh", None)
+  if mesh is None or mesh.empty:
+    mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return (), (False,) * ndim
+  auto = set(mesh.auto_axes)
+  sizes = tuple(n for name, n in mesh.shape.items() if name in auto and n > 1)
+  spec = tuple(sharding.spec) if sharding is not None and sharding.mesh == mesh else ()
+  spec += (None,) * (ndim - len(spec))
+  return sizes, tuple(axes is not None for axes in spec[:ndim])
+
+
+def _tile_count(extent: int, split: bool, auto_sizes, explicit_split: bool) -> int:
+  """How many tiles a dim of `extent` is called as: its 128-tiles, or one where it is not a
+  multiple of 128, or where no Auto axis (`auto_sizes`) divides its count of 128-tiles (a
+  split of it on one would be finer than the tiles: gathered first, see the module doc),
+  unless Explicit axes split it (_gathered_unless_divisible sees those)."""
+  if not split or extent <= 0 or extent % TILE:
+    return 1
+  tiles = extent // TILE
+  if tiles > 1 and auto_sizes and not explicit_split and all(tiles % n for n in auto_sizes):
+    return 1
+  return tiles
+
+
 @dataclasses.dataclass(frozen=True)
 class TileView:
   """A stack [groups, row_tiles * tile_rows, col_tiles * tile_cols] as a grid of tiles; a
@@ -90,19 +138,23 @@ class TileView:
   matrix: bool = False
 
   @classmethod
-  def of(cls, shape, split: bool = True) -> "TileView":
-    """The finest grid of shape [G, M, N] or [M, N] (`split=False`: one tile per group)."""
+  def of(cls, shape, split: bool = True, like=None) -> "TileView":
+    """The finest grid of shape [G, M, N] or [M, N] (`split=False`: one tile per group)
+    whose tile dims the Auto axes of `like`'s mesh (an array of that shape) can split in
+    whole tiles (`_tile_count`)."""
     matrix = len(shape) == 2
     g, m, n = (1,) + tuple(shape) if matrix else shape
-    rt = m // TILE if split and m > 0 and m % TILE == 0 else 1
-    ct = n // TILE if split and n > 0 and n % TILE == 0 else 1
+    auto_sizes, explicit = _auto_axis_sizes(like, len(shape))
+    rt, ct = (_tile_count(extent, split, auto_sizes, explicit[d])
+              for extent, d in ((m, len(shape) - 2), (n, len(shape) - 1)))
     return cls(g, rt, ct, m // rt, n // ct, matrix)
 
   @classmethod
-  def for_tensor(cls, layout: str, shape) -> "TileView":
+  def for_tensor(cls, layout: str, shape, like=None) -> "TileView":
     """The grid a tensor of `layout` ("dense", "same_dims", "varying_both") is called over:
-    a varying_both slot is one tile, as its group's extents start at the slot's corner."""
-    return cls.of(shape, split=layout != "varying_both")
+    a varying_both slot is one tile, as its group's extents start at the slot's corner.
+    `like`: the array called over (its mesh); the leaves' shapes do not depend on it."""
+    return cls.of(shape, split=layout != "varying_both", like=like)
 
   @property
   def batch(self) -> tuple[int, int, int]:
