@@ -254,7 +254,8 @@ def expert_parallel_checks():
   # mesh its context and puts its inputs as its shard_map takes them, eagerly and under jit.
   layer = functools.partial(moe.moe_layer, top_k=2, expert_axis="expert", mesh=mesh)
   want_y, want_aux = moe.moe_layer(x, w, top_k=2)
-  for fn in (layer, jax.jit(layer)):
+  plain = functools.partial(moe.moe_layer, top_k=2, mesh=mesh)  # no expert_axis: mesh unused
+  for fn in (layer, jax.jit(layer), jax.jit(plain)):
     got_y, got_aux = fn(x, w)
     assert relative_error(got_y, want_y) < 1e-6
     assert float(got_aux) == pytest.approx(float(want_aux), rel=1e-6)

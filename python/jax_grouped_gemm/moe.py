@@ -196,7 +196,7 @@ def moe_layer(x, weights: MoEWeights, *, top_k: int, normalize_weights: bool = T
   """
   if x.ndim == 0:
     raise TypeError("x: expected [..., d_model], got a scalar")
-  if (mesh is not None and mesh.explicit_axes and
+  if (expert_axis is not None and mesh is not None and mesh.explicit_axes and
       jax.sharding.get_abstract_mesh() != mesh.abstract_mesh):
     # Explicit axes type every value by the context mesh: make `mesh` the context, so that
     # the layer puts its inputs as its shard_map takes them (below).

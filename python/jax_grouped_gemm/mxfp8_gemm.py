@@ -335,6 +335,10 @@ def blockscaled_misfit(problem: MXFP8GemmProblem) -> str | None:
     return f"dims {dims} not multiples of 16"
   if problem.out_dtype not in _BLOCKSCALED_OUT_DTYPES:
     return f"result dtype {problem.out_dtype}"
+  if max(lhs.tensor.shape[0], *dims) >= 2**31:
+    return "an extent of 2**31 or more (CUTLASS's int problem shapes)"
+  if gemm == 2 and problem.group_sizes.shape[0] > 65535:
+    return "a wgrad of more than 65535 groups (one grid row per group)"
   return None
 
 

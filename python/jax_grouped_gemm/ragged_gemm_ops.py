@@ -163,7 +163,8 @@ def _call_target(target, op, out_shape, out_dtype, batch, num_groups, operands, 
 
 
 # The CUDA kernels put the batch on a grid dimension of at most 65535 blocks; a larger batch
-# (a vmap folds its axis into the batch) becomes several calls.
+# (a vmap folds its axis into the batch) becomes several calls, on every platform (one
+# lowering for all; the CPU kernels would not need it, and it costs them a concatenate).
 MAX_BATCH_PER_CALL = 65535
 
 

@@ -124,7 +124,8 @@ def dim_axes(sharding, ndim: int, mesh=None) -> tuple[Axes, ...]:
   part of an axis (a sub-axis) where a reshape merges a dimension that the axis
   does not divide into a larger one (a size-2 dimension split over an axis of 4
   gives the merged dimension the axis' first factor of 2), and no mesh of whole
-  axes can name that split. Without a mesh, a sharding reads as replicated.
+  axes can name that split. Without a mesh, a sharding reads as replicated. Axes of size 1
+  split nothing and are not read off shards (a NamedSharding's spec may still name them).
   """
   if isinstance(sharding, NamedSharding):
     entries = tuple(sharding.spec) + (None,) * (ndim - len(sharding.spec))

@@ -71,22 +71,18 @@ def main(argv=None) -> int:
       for kind, g, sizes in cases:
         assert sizes.sum() == m
         operands = jc._random_operands((m, k, n, g))
-        seconds = _time(timer, jc._grouped_fn("ours", pass_name),
-                        jc._pass_operands(operands, pass_name) + (jnp.asarray(sizes),))
-        del operands
-        row = dict(anchor=name, pass_name=pass_name, sizes=kind, groups=g,
-                   rows_per_group=m // g, ms=seconds * 1e3, tflops=flops / seconds / 1e12,
-                   dense_ms=dense_s * 1e3)
-        rows.append(row)
-        print(f"| {name} | {pass_name} | {kind} | {g} | {m // g} | {row['ms']:.3f} | "
-              f"{row['tflops']:.0f} | {dense_s / seconds:.2f}x |", flush=True)
+        pass_operands = jc._pass_operands(operands, pass_name)
+        timed = [(kind, _time(timer, jc._grouped_fn("ours", pass_name),
+                              pass_operands + (jnp.asarray(sizes),)))]
         if kind == "equal" and g > 1:
-          operands = jc._random_operands((m, k, n, g))
-          seconds = _time(timer, _batched_fn(pass_name, g), jc._pass_operands(operands, pass_name))
-          del operands
-          row = dict(row, sizes="batched", ms=seconds * 1e3, tflops=flops / seconds / 1e12)
+          timed.append(("batched", _time(timer, _batched_fn(pass_name, g), pass_operands)))
+        del operands, pass_operands
+        for label, seconds in timed:
+          row = dict(anchor=name, pass_name=pass_name, sizes=label, groups=g,
+                     rows_per_group=m // g, ms=seconds * 1e3, tflops=flops / seconds / 1e12,
+                     dense_ms=dense_s * 1e3)
           rows.append(row)
-          print(f"| {name} | {pass_name} | batched | {g} | {m // g} | {row['ms']:.3f} | "
+          print(f"| {name} | {pass_name} | {label} | {g} | {m // g} | {row['ms']:.3f} | "
                 f"{row['tflops']:.0f} | {dense_s / seconds:.2f}x |", flush=True)
       print(f"| {name} | {pass_name} | dense | - | - | {dense_s * 1e3:.3f} | "
             f"{flops / dense_s / 1e12:.0f} | 1.00x |", flush=True)

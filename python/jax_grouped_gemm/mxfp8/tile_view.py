@@ -29,8 +29,9 @@ mesh is known at trace time, so a dim whose tile count no Auto axis of the value
 mesh divides is one tile (`_tile_count`): any split of it is gathered before the call,
 and no split is lost, since none could be in whole tiles. Where some Auto axis divides
 the count and another does not (2 tiles on a mesh of 2 x 4), the tiles stay, for the
-axis that divides it; a split on the other one is the limitation docs/ARCHITECTURE.md
-describes. Coarser tiles do not change a leaf's shape or bytes: a dim of several
+axis that divides it; a split on the other one, or on both at once (each axis divides
+the count, their product does not), is the limitation docs/ARCHITECTURE.md describes, as is
+an array that jit's in_shardings places with no mesh in context (its type names none). Coarser tiles do not change a leaf's shape or bytes: a dim of several
 128-tiles called as one tile is the same row-major stack to the handler.
 
 Scale leaves of a stack keep the axes that shard (see tensor.py):
@@ -113,12 +114,12 @@ def _auto_axis_sizes(like, ndim: int) -> tuple[tuple[int, ...], tuple[bool, ...]
   return sizes, tuple(axes is not None for axes in spec[:ndim])
 
 
-def _tile_count(extent: int, split: bool, auto_sizes, explicit_split: bool) -> int:
-  """How many tiles a dim of `extent` is called as: its 128-tiles, or one where it is not a
-  multiple of 128, or where no Auto axis (`auto_sizes`) divides its count of 128-tiles (a
-  split of it on one would be finer than the tiles: gathered first, see the module doc),
-  unless Explicit axes split it (_gathered_unless_divisible sees those)."""
-  if not split or extent <= 0 or extent % TILE:
+def _tile_count(extent: int, tiled: bool, auto_sizes, explicit_split: bool) -> int:
+  """How many tiles a dim of `extent` is called as: its 128-tiles (if `tiled`), or one where
+  it is not a multiple of 128, or where no Auto axis (`auto_sizes`) divides its count of
+  128-tiles (a split of it on one would be finer than the tiles: gathered first, see the
+  module doc), unless Explicit axes split it (_gathered_unless_divisible sees those)."""
+  if not tiled or extent <= 0 or extent % TILE:
     return 1
   tiles = extent // TILE
   if tiles > 1 and auto_sizes and not explicit_split and all(tiles % n for n in auto_sizes):

@@ -39,7 +39,8 @@ cudaError_t LaunchMxfp8BlockScaled(const mxfp8::BlockScaledProblem& p,
   // CUTLASS's problem shapes are int (every group's extents are at most these), and the
   // wgrad's zeroing launch has a grid row per group.
   constexpr int64_t kMaxInt32 = 2147483647, kMaxGridY = 65535;
-  if (p.rows > kMaxInt32 || p.k > kMaxInt32 || p.n > kMaxInt32 || p.num_groups > kMaxGridY)
+  if (p.rows > kMaxInt32 || p.k > kMaxInt32 || p.n > kMaxInt32 ||
+      (p.gemm == BlockScaledGemm::kWgrad && p.num_groups > kMaxGridY))
     return cudaErrorInvalidConfiguration;
   switch (p.gemm) {
     case BlockScaledGemm::kForward:

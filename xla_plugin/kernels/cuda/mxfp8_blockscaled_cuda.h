@@ -12,7 +12,9 @@ namespace jgg::cuda {
 
 // On compute capability 10.x: the CUTLASS sm_100 kernels (sm100/blockscaled_gemm_sm100.h).
 // cudaErrorNotSupported on other GPUs; cudaErrorInvalidValue for dims that are not multiples
-// of 16 (TMA's 16-byte rows) or an unsupported result type.
+// of 16 (TMA's 16-byte rows) or an unsupported result type; cudaErrorInvalidConfiguration for
+// extents of 2^31 or more, or a wgrad of more than 65535 groups (blockscaled_misfit in
+// mxfp8_gemm.py turns those away first).
 cudaError_t LaunchMxfp8BlockScaled(const mxfp8::BlockScaledProblem& p,
                                    const mxfp8::BlockScaledOperands& o, cudaStream_t stream);
 

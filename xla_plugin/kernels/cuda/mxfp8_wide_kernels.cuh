@@ -1,6 +1,6 @@
 // Grouped MXFP8 quantize / dequantize with wide tiles: the kernels for every call whose rows
 // are whole 16-byte chunks at aligned addresses (WideTiles in mxfp8_launch_config.cuh; the others take
-// that header's 8-byte strips).
+// mxfp8_kernels.cuh's 8-byte strips).
 //
 // Same jobs as the strip kernels (32-row tiles of one region, taken from the job counter, scale
 // padding zeroed by the owning tile), a different thread shape: each warp covers a row segment

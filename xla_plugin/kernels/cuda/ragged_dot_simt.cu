@@ -171,12 +171,12 @@ cudaError_t DispatchTypes(ElementType in, ElementType out, Fn fn) {
 
 cudaError_t LaunchRaggedMSimt(const RaggedMProblem& p, const RaggedOperands& o,
                               cudaStream_t stream) {
-  if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
-                                           p.rows, kTileM, o, stream); e != cudaSuccess) return e;
   const int64_t slots = MaxGroupTiles(p.rows, p.num_local_groups, kTileM) +
                         MaxUncoveredTiles(p.rows, kTileM);
   const int64_t blocks = slots * CeilDiv(p.n, kTileN);
   if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
+  if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
+                                           p.rows, kTileM, o, stream); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(blocks), 1, static_cast<unsigned>(p.batch));
   return DispatchTypes(p.in_type, p.out_type, [&](auto t, auto u) {
     using T = decltype(t);
@@ -196,10 +196,10 @@ cudaError_t LaunchRaggedMSimt(const RaggedMProblem& p, const RaggedOperands& o,
 
 cudaError_t LaunchRaggedKSimt(const RaggedKProblem& p, const RaggedOperands& o,
                               cudaStream_t stream) {
-  if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
-                                           p.rows, kTileM, o, stream); e != cudaSuccess) return e;
   const int64_t blocks = CeilDiv(p.p, kTileM) * CeilDiv(p.n, kTileN);
   if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
+  if (cudaError_t e = LaunchRaggedSchedule(p.batch, p.num_global_groups, p.num_local_groups,
+                                           p.rows, kTileM, o, stream); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.num_local_groups),
                   static_cast<unsigned>(p.batch));
   return DispatchTypes(p.in_type, p.out_type, [&](auto t, auto u) {

@@ -9,7 +9,8 @@
 namespace jgg::cuda {
 
 // Non-empty problems only (the dispatcher filters); batch and group counts
-// within the grid limits (kMaxGridYZ).
+// within the grid limits (kMaxGridYZ). cudaErrorInvalidConfiguration, before any launch, for
+// more output tiles than a grid's x dimension holds (2^31 - 1).
 cudaError_t LaunchRaggedMSimt(const RaggedMProblem& problem, const RaggedOperands& operands,
                               cudaStream_t stream);
 cudaError_t LaunchRaggedKSimt(const RaggedKProblem& problem, const RaggedOperands& operands,
