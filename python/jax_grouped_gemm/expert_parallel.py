@@ -115,7 +115,8 @@ def _check_mlp_operands(x, group_sizes, w_in, w_out, shards: int) -> None:
 def expert_parallel_mlp(x, group_sizes, w_in, w_out, *, axis_name, activation=jax.nn.silu):
   """y = activation(x . w_in[e]) . w_out[e] per row, for experts sharded over `axis_name`.
 
-  Call inside a shard_map that is manual over `axis_name` (size S):
+  Call inside a shard_map that is manual over `axis_name` (size S), under jit (jax 0.11.2's
+  eager shard_map of its prefix scans crashes XLA:CPU's compiler; jitted, it runs):
     x          [T, D]  this device's rows, sorted by global expert
     group_sizes [G]    int32, this device's rows of each of the G = S * G_local
                        global experts (device values: clamped like the ops'

@@ -24,7 +24,7 @@ order read with group_offset; this one keeps the gated MLP's projections
 ignorant of the sharding.
 
 The Flax modules (`jax_grouped_gemm.flax.nnx.MoE`, `jax_grouped_gemm.flax.linen.MoE`)
-hold the parameters and call `moe_block`.
+hold the parameters and call `moe_layer` (which calls `moe_block`).
 """
 
 from __future__ import annotations

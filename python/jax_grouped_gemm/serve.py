@@ -379,7 +379,8 @@ class Server(http.server.ThreadingHTTPServer):
     return self
 
   def close(self):
-    """Stops accepting, answers what is queued with an error, stops the batcher."""
+    """Stops accepting, answers what is queued (with an error only if the device thread
+    died), stops the batcher."""
     if self._thread is not None:
       self.shutdown()
       self._thread.join()

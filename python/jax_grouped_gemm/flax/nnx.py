@@ -5,7 +5,9 @@ the inputs and parameters), `param_dtype` the storage dtype, initialisers take
 (key, shape, dtype), and sharding is parameter metadata: wrap an initialiser
 with `nnx.with_partitioning(init, ("expert", None, "model"))`, or pass
 `kernel_metadata={"out_sharding": (...)}`, and `nnx.get_partition_spec(nnx.state(m))`
-gives the specs to shard the weights by name.
+gives the specs to shard the weights by name. Build such a module under a mesh
+(`jax.set_mesh(mesh)`) or inside `nnx.use_eager_sharding(False)`: flax shards annotated
+parameters as it creates them.
 
     layer = GroupedDense(num_groups=8, in_features=512, out_features=1024, rngs=nnx.Rngs(0))
     y = layer(x, group_sizes)          # x [rows, 512], group_sizes [8] int32 -> [rows, 1024]
