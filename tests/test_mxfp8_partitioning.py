@@ -56,6 +56,19 @@ def _assert_bit_equal(got, want):
     np.testing.assert_array_equal(a, b, err_msg=what)
 
 
+def _quantized_bit_exact(mesh, shape, spec, scale_layout, seed):
+  """Random values over many binades, put on `mesh` as `spec` and quantized under jit:
+  (the jitted quantize, the sharded input, its result, the unsharded quantize), the result
+  checked bit for bit against the last."""
+  rng = np.random.default_rng(seed)
+  x = (rng.standard_normal(shape) * np.exp2(rng.integers(-20, 20, shape))).astype(jnp.bfloat16)
+  xs = _put(mesh, x, spec)
+  fn = jax.jit(functools.partial(_quantize, sizes=None, scale_layout=scale_layout))
+  q, expected = fn(xs), _quantize(x, None, scale_layout)
+  _assert_bit_equal(q, expected)
+  return fn, xs, q, expected
+
+
 def _put(mesh, x, spec):
   return None if x is None else jax.device_put(x, NamedSharding(mesh, spec))
 
@@ -101,13 +114,7 @@ def test_tiles_split_along_rows_and_columns_need_no_communication(case, scale_la
       "stack_groups_and_cols": ((2, 256, 512), P("data", None, "model"), "bf16[1,2,1,128,128]"),
       "matrix_rows_and_cols": ((256, 1024), P("data", "model"), "bf16[1,1,2,128,128]"),
   }[case]
-  rng = np.random.default_rng(3)
-  x = (rng.standard_normal(shape) * np.exp2(rng.integers(-20, 20, shape))).astype(jnp.bfloat16)
-  expected = _quantize(x, None, scale_layout)
-  xs = _put(mesh, x, spec)
-  fn = jax.jit(functools.partial(_quantize, sizes=None, scale_layout=scale_layout))
-  q = fn(xs)
-  _assert_bit_equal(q, expected)
+  fn, xs, q, expected = _quantized_bit_exact(mesh, shape, spec, scale_layout, seed=3)
   assert q.data.sharding.is_equivalent_to(NamedSharding(mesh, spec), len(shape)), q.data.sharding
   shards = 4 if case in ("stack_rows", "stack_cols") else 8  # the mesh is data 2 x model 4
   for leaf in (q.scale_inv, q.colwise_scale_inv):  # each shard holds its tiles' scales only
@@ -310,13 +317,7 @@ def test_auto_axes_split_finer_than_the_tiles_is_gathered_and_exact(case, scale_
       "stack_rows_8": (8, (8, 256, 72), P(None, "a"), "bf16[8,1,1,256,72]"),
   }[case]
   mesh = cpu_mesh((devices,), ("a",))
-  rng = np.random.default_rng(5)
-  x = (rng.standard_normal(shape) * np.exp2(rng.integers(-20, 20, shape))).astype(jnp.bfloat16)
-  expected = _quantize(x, None, scale_layout)
-  xs = _put(mesh, x, spec)
-  fn = jax.jit(functools.partial(_quantize, sizes=None, scale_layout=scale_layout))
-  q = fn(xs)
-  _assert_bit_equal(q, expected)
+  fn, xs, q, expected = _quantized_bit_exact(mesh, shape, spec, scale_layout, seed=5)
   for leaf in jax.tree.leaves(q):
     assert isinstance(leaf.sharding, NamedSharding), leaf.sharding
   (target, _, operands), = custom_calls(fn.lower(xs).compile().as_text())
