@@ -58,7 +58,10 @@ def test_group_sizes_are_valid_and_deterministic(shape):
   assert sizes.min() >= 0 and int(sizes.sum()) == shape.tokens
   np.testing.assert_array_equal(sizes, shape.group_sizes())
   assert shape.flops() == 2 * shape.tokens * shape.hidden * shape.ffn
-  assert shape.weight_bytes() == shape.experts * shape.hidden * shape.ffn * 2
+  assert shape.weight_bytes("wgrad") == shape.experts * shape.hidden * shape.ffn * 2
+  with_rows = int((sizes > 0).sum())  # fwd and dgrad read no weights of experts without rows
+  assert shape.weight_bytes("fwd") == shape.weight_bytes("dgrad") == (
+      with_rows * shape.hidden * shape.ffn * 2)
 
 
 def test_zipf_routing_is_skewed_and_uniform_is_balanced():
@@ -265,6 +268,20 @@ def test_loop_report_sees_hoisted_work_and_the_chained_loop_keeps_each_call():
 
 @pytest.mark.skipif(has_gpu(), reason="a CPU check of the harness: on a GPU its workers need the "
                     "memory this pytest process's JAX holds; run the harness standalone there")
+def test_a_row_whose_check_failed_meets_no_target():
+  """Speed does not make a wrong result count: a failed check turns met into SHORT, and the
+  cell says why; no check run leaves the speed verdict alone."""
+  shape = shapes_lib.by_name(["qwen3-30b"])[0]
+  fast = {"ours/torch": 1.2, "ours/dense": 0.8, "torch/dense": 0.6}
+  assert report._target(shape, fast, None, checked_ok=None)["met"]
+  assert report._target(shape, fast, None, checked_ok=True)["met"]
+  failed = report._target(shape, fast, None, checked_ok=False)
+  assert failed["met"] is False
+  assert report._target_cell(failed) == "SHORT (check failed; 1.200x torch)"
+  short = report._target(shape, {**fast, "ours/torch": 1.0466}, None)
+  assert report._target_cell(short) == "SHORT (1.047x torch < 1.05x)"  # why it is short
+
+
 def test_harness_runs_end_to_end_on_cpu(tmp_path):
   """Tiny shape, JAX competitors, --check; one worker dies mid-measurement and is replaced."""
   tiny = [shapes_lib.GroupedGemmShape("tiny", 96, 64, 128, 4, seed=3),

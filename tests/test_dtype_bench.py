@@ -14,7 +14,7 @@ from tools.bench import shapes as shapes_lib  # noqa: E402
 def test_tiny_shape_times_every_pair_and_pass(tmp_path):
   shape = shapes_lib.GroupedGemmShape("tiny", 96, 64, 48, 4, routing="zipf", seed=3)
   result = dtype_bench.run([shape], shapes_lib.PASSES, str(tmp_path), calls=2, runs=2,
-                           log=lambda _: None)
+                           log=lambda _: None, warmup_seconds=0)
   records = result["records"]
   assert {(r["pass_name"], r["inputs"], r["results"]) for r in records} == {
       (p, i, o) for p in shapes_lib.PASSES for i, o in dtype_bench.PAIRS}

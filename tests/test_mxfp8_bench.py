@@ -15,7 +15,8 @@ def test_tiny_shapes_time_every_op_and_report(tmp_path):
   # Zipf sizes over 4 experts (not multiples of 32); a second routing shares the weights.
   shapes = [shapes_lib.GroupedGemmShape("tiny", 96, 64, 48, 4, routing="zipf", seed=3),
             shapes_lib.GroupedGemmShape("tiny-u", 96, 64, 48, 4)]
-  records = mxfp8_bench.run(shapes, str(tmp_path), calls=2, runs=2, copy_gib=1 / 1024)
+  records = mxfp8_bench.run(shapes, str(tmp_path), calls=2, runs=2, copy_gib=1 / 1024,
+                            warmup_seconds=0)
   rows = {(r["shape"], r["tensor"], r["op"]) for r in records}
   assert rows == ({("tiny", t, op) for t in ("activation", "weight") for op in mxfp8_bench.OPS}
                   | {("tiny-u", "activation", op) for op in mxfp8_bench.OPS})

@@ -23,11 +23,24 @@ def test_tiny_shape_times_checks_and_reports_every_pass(tmp_path):
     assert r["bf16"]["runs"] == r["mxfp8"]["runs"] == 2
     assert r["speedup"] > 0 and r["target_speedup"] == 1.0
     assert r["check_rel_err"] < 1e-2  # against the BF16 GEMM of the dequantized operands
+    assert r["check_ok"] and r["meets_target"] == (r["speedup"] >= 1.0)
     assert r["backend"] == "dequantize"  # 160 rows per group: compute-bound
   saved = json.loads((tmp_path / "mxfp8_gemm_bench.json").read_text())
   assert [r["backend"] for r in saved["records"]] == ["dequantize"] * len(shapes_lib.PASSES)
   table = (tmp_path / "mxfp8_gemm_bench.md").read_text()
   assert "| tiny | 640, 64, 48, 4 | wgrad | compute | dequantize |" in table
+  assert "FAIL" not in table
+
+
+def test_a_row_whose_check_fails_meets_no_target(tmp_path, monkeypatch):
+  # Any result checks as wrong when the tolerance is below every error: even a fast row fails.
+  monkeypatch.setattr(mxfp8_gemm_bench, "CHECK_TOLERANCE", -1.0)
+  shape = shapes_lib.GroupedGemmShape("tiny", 640, 64, 48, 4, seed=3)
+  result = mxfp8_gemm_bench.run([shape], ["fwd"], str(tmp_path), calls=2, runs=2,
+                                log=lambda _: None)
+  record, = result["records"]
+  assert not record["check_ok"] and not record["meets_target"]
+  assert " FAIL |" in (tmp_path / "mxfp8_gemm_bench.md").read_text()
 
 
 def test_few_rows_per_group_forward_runs_the_fused_backend(tmp_path):

@@ -34,13 +34,15 @@ def _fn(pass_name, out_dtype):
                                                      preferred_element_type=out_dtype)
 
 
-def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print) -> dict:
+def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print,
+        warmup_seconds: float = wp.DEFAULT_WARMUP_SECONDS) -> dict:
   import jax
   import jax.numpy as jnp
 
   # Runs are cut (to no fewer than 5) only where --runs would take over 10 s: the f32 rows.
   plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=calls, runs=runs,
-                 min_runs=min(runs, 5), run_budget_s=10.0)
+                 min_runs=min(runs, 5), run_budget_s=10.0,
+                 warmup_seconds=warmup_seconds)
   timer = jax_loop.LoopTimer(plan)
   records = []
   for shape in shapes:

@@ -83,12 +83,14 @@ def _call(op: str, x, sizes, reference):
   return _function(op, sizes is not None), operands, _bytes_moved(op, x, reference.scale_inv.size)
 
 
-def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float) -> list[dict]:
+def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float,
+        warmup_seconds: float = wp.DEFAULT_WARMUP_SECONDS) -> list[dict]:
   import jax
   import jax_grouped_gemm as jgg
 
   plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=calls, runs=runs, min_runs=runs,
-                 run_budget_s=float("inf"), copy_bytes=int(copy_gib * (1 << 30)))
+                 run_budget_s=float("inf"), copy_bytes=int(copy_gib * (1 << 30)),
+                 warmup_seconds=warmup_seconds)
   timer = jax_loop.LoopTimer(plan)
   device = jax.devices()[0]
   copy = jax_competitors._time_copy(timer, plan.copy_bytes)

@@ -35,6 +35,9 @@ from tools.bench import shapes as shapes_lib
 from tools.bench import worker_protocol as wp
 
 TARGET_SPEEDUP = {"compute": 1.0, "weight_bandwidth": 1.3}
+# Both sides accumulate the same products in f32: the dequantize backend agrees exactly, the
+# fused kernels to f32 rounding (<= 3e-5 measured). Above this a row fails and meets nothing.
+CHECK_TOLERANCE = 1e-3
 PATH_NOTE = ("backend: fused_few_rows = the fused kernels, no bf16 copy (forward and dgrad: "
              "fp8 weight codes multiplied on tensor cores; wgrad: values dequantized on load, "
              "f32 multiply-adds); dequantize = a bf16 copy of each operand in HBM, "
@@ -151,7 +154,8 @@ def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print,
         continue
       speedup = bf16["seconds"] / mxfp8["seconds"]
       record.update(bf16=bf16, mxfp8=mxfp8, speedup=speedup, check_rel_err=check,
-                    meets_target=speedup >= record["target_speedup"],
+                    check_ok=bool(check <= CHECK_TOLERANCE),
+                    meets_target=bool(speedup >= record["target_speedup"] and check <= CHECK_TOLERANCE),
                     tflops_bf16=shape.flops() / bf16["seconds"] / 1e12,
                     tflops_mxfp8=shape.flops() / mxfp8["seconds"] / 1e12)
       records.append(record)
@@ -190,7 +194,7 @@ def markdown(result: dict) -> str:
         f"{r['bf16']['seconds'] * 1e3:.3f} | {r['mxfp8']['seconds'] * 1e3:.3f} | "
         f"{r['tflops_bf16']:.0f} | {r['tflops_mxfp8']:.0f} | {r['speedup']:.2f}x | "
         f">= {r['target_speedup']:.1f}x | {'yes' if r['meets_target'] else 'no'} | "
-        f"{r['check_rel_err']:.1e} |")
+        f"{r['check_rel_err']:.1e}{'' if r['check_ok'] else ' FAIL'} |")
   return "\n".join(lines) + "\n"
 
 

@@ -77,9 +77,13 @@ def _row(plan, results, shape, pass_name, copy_bw) -> dict:
             "torch/dense": _ratio(torch, dense)}
   weight_bw_fraction = {}
   if shape.bound == "weight_bandwidth" and copy_bw:
-    weight_bw_fraction = {c: shape.weight_bytes() / s / copy_bw for c, s in seconds.items()
-                          if c in GROUPED}
+    weight_bw_fraction = {c: shape.weight_bytes(pass_name) / s / copy_bw
+                          for c, s in seconds.items() if c in GROUPED}
   ours_record = results.get(wp.task_key(shape.name, pass_name, "ours"), {})
+  check = ours_record.get("check_rel_err")
+  # A row whose check ran and failed (or never produced an error) meets nothing.
+  checked_ok = (None if not plan.check else
+                check is not None and math.isfinite(check) and check <= CHECK_TOLERANCE)
   return {
       "shape": shape.name, "pass": pass_name, "routing": shape.routing, "bound": shape.bound,
       "M": shape.tokens, "K": shape.hidden, "N": shape.ffn, "G": shape.experts,
@@ -88,7 +92,7 @@ def _row(plan, results, shape, pass_name, copy_bw) -> dict:
       "dense_tflops": dense, "dense_by_method": dense_sources,
       "pallas_config": results.get(wp.task_key(shape.name, pass_name, "pallas"), {}).get("config"),
       "ratios": ratios, "weight_bw_fraction": weight_bw_fraction,
-      "target": _target(shape, ratios, weight_bw_fraction.get("ours")),
+      "target": _target(shape, ratios, weight_bw_fraction.get("ours"), checked_ok),
       "check_rel_err": ours_record.get("check_rel_err"),
       "check_error": ours_record.get("check_error"),
   }
@@ -98,16 +102,18 @@ def _ratio(a, b):
   return a / b if a is not None and b else None
 
 
-def _target(shape, ratios, ours_weight_bw_fraction) -> dict:
-  """Which SPEC section 8 rule applies to this row, what it needs, what ours reached."""
+def _target(shape, ratios, ours_weight_bw_fraction, checked_ok=None) -> dict:
+  """Which SPEC section 8 rule applies to this row, what it needs, what ours reached; a row
+  whose correctness check failed (checked_ok False) is not met whatever its speed."""
   if shape.bound == "weight_bandwidth":
     against, needed, reached = "copy", COPY_TARGET, ours_weight_bw_fraction
   elif ratios["torch/dense"] is not None and ratios["torch/dense"] > TORCH_NEAR_DENSE:
     against, needed, reached = "dense", DENSE_TARGET, ratios["ours/dense"]
   else:
     against, needed, reached = "torch", TORCH_TARGET, ratios["ours/torch"]
-  return {"against": against, "needed": needed, "reached": reached,
-          "met": None if reached is None else reached >= needed}
+  met = None if reached is None else reached >= needed and checked_ok is not False
+  return {"against": against, "needed": needed, "reached": reached, "met": met,
+          "check_failed": checked_ok is False}
 
 
 # --- Markdown -----------------------------------------------------------------------
@@ -210,11 +216,14 @@ def _times(ratio) -> str:
 def _target_cell(target) -> str:
   if target["met"] is None:
     return "n/a"
+  # One more digit than the ratio columns, so that a SHORT row shows why (0.966x < 0.97x).
   if target["against"] == "copy":
-    reached, needed, what = f"{target['reached']:.0%}", f"{target['needed']:.0%}", "copy BW"
+    reached, needed, what = f"{target['reached']:.1%}", f"{target['needed']:.0%}", "copy BW"
   else:
-    reached, needed, what = f"{target['reached']:.2f}x", f"{target['needed']:.2f}x", \
+    reached, needed, what = f"{target['reached']:.3f}x", f"{target['needed']:.2f}x", \
         target["against"]
+  if target.get("check_failed"):
+    return f"SHORT (check failed; {reached} {what})"
   if target["met"]:
     return f"met ({reached} {what})"
   return f"SHORT ({reached} {what} < {needed})"

@@ -73,9 +73,13 @@ class GroupedGemmShape:
     """FLOPs of any one pass: 2 * sum(group_sizes) * K * N."""
     return 2 * self.rows_used() * self.hidden * self.ffn
 
-  def weight_bytes(self) -> int:
-    """Bytes of w (read by fwd and dgrad) or dw (written by wgrad)."""
-    return self.experts * self.hidden * self.ffn * BYTES_PER_ELEMENT
+  def weight_bytes(self, pass_name: str) -> int:
+    """Bytes of w that a pass must move: fwd and dgrad read the weights of the experts that
+    have rows (an expert without rows needs none), wgrad writes all of dw (zeros for those)."""
+    if pass_name not in PASSES:
+      raise ValueError(f"pass: expected one of {PASSES}, got {pass_name!r}")
+    experts = self.experts if pass_name == "wgrad" else int((self.group_sizes() > 0).sum())
+    return experts * self.hidden * self.ffn * BYTES_PER_ELEMENT
 
 
 def operand_shapes(shape: GroupedGemmShape, pass_name: str):
