@@ -146,7 +146,10 @@ def markdown(summary: dict) -> str:
   lines += ["", "TFLOP/s: 2 * sum(group_sizes) * K * N per pass over the median time per call. "
             "dense: the faster of jnp.dot and torch.mm on the same FLOPs and layouts. "
             "check: ||ours - jax.lax|| / ||jax.lax|| on a sample of the output "
-            f"(fails above {CHECK_TOLERANCE:g})."]
+            f"(fails above {CHECK_TOLERANCE:g}; a failed check makes the row SHORT)."
+            + (" weight BW: the bytes of w a pass moves (forward and dgrad: the experts with "
+               "rows; wgrad: all of dw) per second, over the copy ceiling." if has_bandwidth
+               else "")]
   notes += (_ceiling_notes(summary) + _method_notes(summary) + _pallas_notes(rows)
             + _cut_run_notes(rows, meta["runs"]))
   if notes:
