@@ -33,9 +33,12 @@ WORKER_OF = {
     "copy_torch": "torch",  # Tensor.copy_ between two large buffers
 }
 COMPETITORS = tuple(WORKER_OF)
-# Every timed run lasts at least this long (calls are repeated to reach it), so
-# the host's dispatch, wait and first-launch latency stay well under 1% of it.
-MIN_RUN_SECONDS = 0.01
+# Every timed run lasts at least this long (calls are repeated to reach it), so the host's
+# dispatch, wait and first-launch latency stay well under 1% of it. JAX runs are timed on the
+# host clock and torch's by CUDA events, which leave the host's wake-up out: 30-150 us a run
+# that 10 ms runs charged to JAX alone at 0.3-1.5% (benchmark audit, 2026-11-27); 50 ms runs
+# make it 0.1-0.3%.
+MIN_RUN_SECONDS = 0.05
 # The GEMM benches' warm-up per measurement (Plan.warmup_seconds): the H100's clock settles
 # at its power limit about a second into a large GEMM's back-to-back runs.
 DEFAULT_WARMUP_SECONDS = 1.5
