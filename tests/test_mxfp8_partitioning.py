@@ -18,6 +18,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import _native, batch_partitionable
 import mxfp8_reference as ref
+from multidevice import run_script_on_cpu_devices
 from sharding_checks import (  # noqa: F401  (fixtures: on_cpu, partitioner)
     collectives, cpu_mesh, custom_calls, on_cpu, partitioner)
 
@@ -292,15 +293,7 @@ def test_stack_quantize_in_shard_map_compiles_under_scan_gradients_and_eagerly()
   """A matrix or stack passes no group sizes: a zero-sized operand there crashed XLA's
   compiler (SIGSEGV) in a scanned shard_map's gradient and in an eager shard_map. Run in a
   child process so that a crash is a failure, not the end of the session."""
-  import os
-  import subprocess
-  import sys
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
-  done = subprocess.run([sys.executable, "-c", _SHARD_MAP_SCAN_GRAD], env=env,
-                        capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0 and done.stdout.startswith("ok"), (done.returncode,
-                                                                  done.stderr[-3000:])
+  assert run_script_on_cpu_devices(_SHARD_MAP_SCAN_GRAD).startswith("ok")
 
 
 @pytest.mark.parametrize("case", ["matrix_rows_4", "matrix_cols_4", "stack_rows_8"])
@@ -354,15 +347,7 @@ def test_data_parallel_mxfp8_gemm_with_fewer_row_tiles_than_shards(which):
   backend, swizzled scales; the fused one, compact): the tile dim split on part of the
   axis reached the BF16 GEMM's custom_partitioning, which Shardy refused (IndivisibleError)
   and GSPMD aborted on (a CHECK failure): a child process, so that an abort is a failure."""
-  import os
-  import subprocess
-  import sys
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
-  done = subprocess.run([sys.executable, "-c", _DATA_PARALLEL_GEMM, which], env=env,
-                        capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0 and done.stdout.startswith("ok"), (done.returncode,
-                                                                  done.stderr[-3000:])
+  assert run_script_on_cpu_devices(_DATA_PARALLEL_GEMM, which).startswith("ok")
 
 
 _WEIGHT_SPLIT_FINER_THAN_ITS_TILES = """
@@ -391,15 +376,7 @@ def test_auto_axes_weight_split_finer_than_its_tiles_reaching_the_bf16_gemm(whic
   custom_partitioning, which reads that split as unsplit (partitioning.py, dim_axes) and
   computes it replicated. It failed before (Shardy: a KeyError in jax's decoding; GSPMD:
   a CHECK failure, hence a child process)."""
-  import os
-  import subprocess
-  import sys
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
-  done = subprocess.run([sys.executable, "-c", _WEIGHT_SPLIT_FINER_THAN_ITS_TILES, which],
-                        env=env, capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0 and done.stdout.startswith("ok"), (done.returncode,
-                                                                  done.stderr[-3000:])
+  assert run_script_on_cpu_devices(_WEIGHT_SPLIT_FINER_THAN_ITS_TILES, which).startswith("ok")
 
 
 @pytest.mark.xfail(strict=True, raises=ValueError,  # jax's IndivisibleError
