@@ -19,7 +19,8 @@ def test_anchor_blocks_are_the_anchor_gemms_read_as_moe_layers():
 def test_small_block_runs_checks_and_reports():
   # d_model and d_ff fit the Pallas block configurations (multiples of 128).
   block = moe_bench.BlockShape("small", tokens=48, d_model=128, d_ff=256, experts=4, top_k=2)
-  summary = moe_bench.run([block], moe_bench.BACKENDS, calls=2, runs=2, log=lambda _: None)
+  summary = moe_bench.run([block], moe_bench.BACKENDS, calls=2, runs=2, log=lambda _: None,
+                          warmup_seconds=0)
   rows = {r["backend"]: r for r in summary["rows"]}
   on_gpu = summary["device"].startswith("gpu")
   timed = ("ours", "ours_mxfp8", "lax") + (("pallas",) if on_gpu else ())
