@@ -4,6 +4,7 @@
 
 #ifdef JGG_WITH_SM100
 #include "xla_plugin/kernels/cuda/device_info.h"
+#include "xla_plugin/kernels/cuda/launch_limits.h"
 #include "xla_plugin/kernels/cuda/sm100/blockscaled_gemm_sm100.h"
 #endif
 
@@ -38,9 +39,8 @@ cudaError_t LaunchMxfp8BlockScaled(const mxfp8::BlockScaledProblem& p,
   if (p.k % 16 != 0 || p.n % 16 != 0) return cudaErrorInvalidValue;
   // CUTLASS's problem shapes are int (every group's extents are at most these), and the
   // wgrad's zeroing launch has a grid row per group.
-  constexpr int64_t kMaxInt32 = 2147483647, kMaxGridY = 65535;
   if (p.rows > kMaxInt32 || p.k > kMaxInt32 || p.n > kMaxInt32 ||
-      (p.gemm == BlockScaledGemm::kWgrad && p.num_groups > kMaxGridY))
+      (p.gemm == BlockScaledGemm::kWgrad && p.num_groups > kMaxGridYZ))
     return cudaErrorInvalidConfiguration;
   switch (p.gemm) {
     case BlockScaledGemm::kForward:

@@ -23,6 +23,7 @@
 
 #include "xla_plugin/common/ragged_layout.h"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
+#include "xla_plugin/kernels/cuda/launch_limits.h"
 #include "xla_plugin/kernels/cuda/warp_group_scan.cuh"
 
 namespace jgg::cuda {
@@ -40,7 +41,6 @@ constexpr int kStagedRows = 128;        // token rows staged at a time
 constexpr int kStagers = kBlockRows / kVector;  // threads staging one token row
 constexpr int kLoadRows = 4;            // token rows whose dy values load together
 constexpr int kStreamRows = 8;          // groups of at most this many rows stream their output
-constexpr int64_t kMaxGridYZ = 65535;
 
 struct Shared {
   int64_t x_scale_row[kStagedRows];  // byte offset of each token row's scale row, -1: no group

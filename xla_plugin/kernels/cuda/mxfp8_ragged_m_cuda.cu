@@ -28,6 +28,7 @@
 
 #include "xla_plugin/common/ragged_layout.h"
 #include "xla_plugin/kernels/cuda/device_info.h"
+#include "xla_plugin/kernels/cuda/launch_limits.h"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_dispatch.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_passes.cuh"
@@ -48,7 +49,6 @@ constexpr int kBlockCols = 128;           // output columns per block: those of 
 constexpr int kStepK = 16;                // mma depth
 constexpr int kSteps = mxfp8::kBlockSize / kStepK;  // mma steps per MX block
 constexpr int kMinBlocksPerSm = 2;        // 16 warps: 64 KB of weights in flight per SM
-constexpr int64_t kMaxGridY = 65535;      // more slots loop
 
 // What a slot of a pass of kRowTiles row tiles computes: 8 kRowTiles rows for kCols columns,
 // the columns of lane group g (lanes 4g .. 4g + 3) being kLaneCols of them.
@@ -555,7 +555,7 @@ template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs, typename O>
 cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream_t stream) {
   const int64_t slots = mxfp8::MaxSumOfTiles(p.rows, p.num_groups, kTileRows) + 1;
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, kBlockCols)),
-                  static_cast<unsigned>(MinI64(kMaxGridY, slots)));
+                  static_cast<unsigned>(MinI64(kMaxGridYZ, slots)));  // more slots loop
   const bool wide = kTransposed ? p.k % 8 == 0 : p.n % 16 == 0;
   if (wide) {
     Mxfp8RaggedMKernel<kTransposed, true, kLhs, kRhs, O><<<grid, kThreads, 0, stream>>>(p, o, slots);

@@ -36,6 +36,7 @@
 
 #include "xla_plugin/common/ragged_layout.h"
 #include "xla_plugin/kernels/cuda/device_info.h"
+#include "xla_plugin/kernels/cuda/launch_limits.h"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_dispatch.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_passes.cuh"
@@ -53,7 +54,6 @@ constexpr int kTileN = 128;  // output columns per block
 constexpr int kTileK = 64;   // K per step: two MX blocks
 constexpr int kThreads = 128;
 constexpr int kChunk = 16;   // codes per 16-byte load
-constexpr int64_t kMaxGridY = 65535;
 
 // Scales whose values take the bf16 path: the dequantized codes are normal bf16 numbers (so
 // exact), and any product of two such values is a normal f32 below 2^112 (each operand's range
@@ -544,7 +544,7 @@ cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream
   if (e != cudaSuccess) return e;
   const int64_t slots = mxfp8::MaxSumOfTiles(p.rows, p.num_groups, kTileM) + 1;
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, kTileN)),
-                  static_cast<unsigned>(MinI64(kMaxGridY, slots)));
+                  static_cast<unsigned>(MinI64(kMaxGridYZ, slots)));
   kernel<<<grid, kThreads, kSharedBytes, stream>>>(p, o, slots);
   return cudaGetLastError();
 }

@@ -12,6 +12,7 @@
 
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/device_info.h"
+#include "xla_plugin/kernels/cuda/launch_limits.h"
 #include "xla_plugin/kernels/cuda/ragged_dot_simt.h"
 #include "xla_plugin/kernels/cuda/ragged_k_streamed.h"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
@@ -19,8 +20,6 @@
 namespace jgg::cuda {
 namespace {
 
-constexpr int64_t kMaxGridYZ = 65535;
-constexpr int64_t kMaxInt32 = 2147483647;
 
 // JGG_CUDA_KERNELS=simt forces the SIMT kernels (to test one path against the other).
 bool TensorCorePathEnabled() {

@@ -7,6 +7,7 @@
 #include "xla_plugin/common/ragged_layout.h"
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
+#include "xla_plugin/kernels/cuda/launch_limits.h"
 #include "xla_plugin/kernels/cuda/ragged_schedule.h"
 
 namespace jgg::cuda {
@@ -15,7 +16,6 @@ namespace {
 constexpr int kTileM = 64, kTileN = 64, kTileK = 16;
 constexpr int kThreads = 256;  // 16 x 16 threads, each owning a 4 x 4 strided micro-tile
 constexpr int kMicro = 4;
-constexpr int64_t kMaxGridX = 2147483647;  // blocks along x; y and z are checked by the caller
 
 // acc[i][j] covers row ty + 16 i, column tx + 16 j of the tile.
 struct Accumulator {

@@ -6,6 +6,7 @@
 #include "xla_plugin/common/ragged_layout.h"
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
+#include "xla_plugin/kernels/cuda/launch_limits.h"
 
 namespace jgg::cuda {
 namespace {
@@ -13,7 +14,6 @@ namespace {
 constexpr int kVector = 8;         // output columns per thread: one 16-byte load of rhs
 constexpr int kMaxThreads = 256;   // a block covers up to 256 * 8 columns of one output row
 constexpr int kOutRowsPerBlock = 64;
-constexpr int64_t kMaxGridY = 65535;  // wider rows loop over column chunks
 
 // out rows [0, out_rows) at `out` (stride n), columns [0, 8) of this thread:
 // out[i, :] = sum over r < kRows of lhs_tile[i][r] * rhs rows r (zero past `rows`).
@@ -43,7 +43,7 @@ __device__ void StreamOutputRows(const T* rhs, int64_t n, int64_t rows,
 }
 
 // Grid: x = blocks of kOutRowsPerBlock output rows (of P), y = column chunks of
-// blockDim.x * 8 (strided when there are more than kMaxGridY), z = (local group,
+// blockDim.x * 8 (strided when there are more than kMaxGridYZ), z = (local group,
 // batch entry).
 template <typename T, typename O>
 __global__ void __launch_bounds__(kMaxThreads) RaggedKStreamedKernel(
@@ -89,7 +89,7 @@ cudaError_t Launch(const RaggedKProblem& p, const RaggedOperands& o, int max_row
   const int64_t vectors = CeilDiv(p.n, kVector);
   const int threads = static_cast<int>(MinI64(kMaxThreads, CeilDiv(vectors, 32) * 32));
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.p, kOutRowsPerBlock)),
-                  static_cast<unsigned>(MinI64(kMaxGridY, CeilDiv(vectors, threads))),
+                  static_cast<unsigned>(MinI64(kMaxGridYZ, CeilDiv(vectors, threads))),
                   static_cast<unsigned>(p.num_local_groups * p.batch));
   RaggedKStreamedKernel<T, O><<<grid, threads, 0, stream>>>(
       p, static_cast<const T*>(o.lhs), static_cast<const T*>(o.rhs), static_cast<O*>(o.out),
