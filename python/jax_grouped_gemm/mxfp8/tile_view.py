@@ -31,8 +31,9 @@ and no split is lost, since none could be in whole tiles. Where some Auto axis d
 the count and another does not (2 tiles on a mesh of 2 x 4), the tiles stay, for the
 axis that divides it; a split on the other one, or on both at once (each axis divides
 the count, their product does not), is the limitation docs/ARCHITECTURE.md describes, as is
-an array that jit's in_shardings places with no mesh in context (its type names none). Coarser tiles do not change a leaf's shape or bytes: a dim of several
-128-tiles called as one tile is the same row-major stack to the handler.
+an array that jit's in_shardings places with no mesh in context (its type names none).
+Coarser tiles do not change a leaf's shape or bytes: a dim of several 128-tiles called as
+one tile is the same row-major stack to the handler.
 
 Scale leaves of a stack keep the axes that shard (see tensor.py):
   compact rowwise   [G, padded rows, padded cols]        the scale matrix
