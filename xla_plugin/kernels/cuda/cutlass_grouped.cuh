@@ -57,19 +57,26 @@ void SetPlainEpilogue(Arguments& args, D** d, StrideD* stride_d) {
   args.epilogue.dD = stride_d;
 }
 
-// Runs `args` with CUTLASS's workspace in ours (kCutlassWorkspaceBytes); no host sync.
-// `after_preparation`: launched as a programmatic dependent of the kernel before it on the
-// stream, which the GEMM kernel must then wait for itself (WaitsForPreparation).
+// Checks `args` and sets up `gemm` to run them with CUTLASS's workspace in ours (`bytes` at
+// `workspace`); no host sync, nothing launched.
 template <class Gemm>
-cudaError_t RunCutlass(const typename Gemm::Arguments& args, void* workspace,
-                       cudaStream_t stream, bool after_preparation = false) {
-  Gemm gemm;
-  if (Gemm::get_workspace_size(args) > static_cast<size_t>(kCutlassWorkspaceBytes))
+cudaError_t InitializeCutlass(Gemm& gemm, const typename Gemm::Arguments& args, void* workspace,
+                              int64_t bytes, cudaStream_t stream) {
+  if (Gemm::get_workspace_size(args) > static_cast<size_t>(bytes))
     return cudaErrorMemoryAllocation;  // the static bound in workspace.h is too small
   if (cudaError_t e = FromCutlass(gemm.can_implement(args)); e != cudaSuccess) return e;
-  if (cudaError_t e = FromCutlass(gemm.initialize(args, workspace, stream)); e != cudaSuccess)
+  return FromCutlass(gemm.initialize(args, workspace, stream));
+}
+
+// Runs `args` with CUTLASS's workspace in ours (kCutlassWorkspaceBytes); no host sync.
+template <class Gemm>
+cudaError_t RunCutlass(const typename Gemm::Arguments& args, void* workspace,
+                       cudaStream_t stream) {
+  Gemm gemm;
+  if (cudaError_t e = InitializeCutlass(gemm, args, workspace, kCutlassWorkspaceBytes, stream);
+      e != cudaSuccess)
     return e;
-  return FromCutlass(gemm.run(stream, /*cuda_adapter=*/nullptr, after_preparation));
+  return FromCutlass(gemm.run(stream));
 }
 
 }  // namespace jgg::cuda

@@ -3,10 +3,11 @@
 // instantiation files next to it (one kernel configuration per .cu, so they
 // compile in parallel and cache separately: ~55 s and 3.4 GB each).
 //
-// Problem shapes, pointers and strides are written by a small kernel from the
-// group sizes on the device, and CUTLASS runs with host_problem_shapes =
-// nullptr: no host reads of group sizes, no sync, no allocation (CUTLASS's own
-// workspace comes from ours), so the launch is graph-capturable.
+// Problem shapes, pointers and strides, and each problem's TMA descriptors, are
+// written by a small kernel from the group sizes on the device, and CUTLASS runs
+// with host_problem_shapes = nullptr: no host reads of group sizes, no sync, no
+// allocation (CUTLASS's own workspace comes from ours), so the launch is
+// graph-capturable.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_GROUPED_GEMM_SM90_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_GROUPED_GEMM_SM90_CUH_
 
@@ -27,6 +28,7 @@
 #include "cutlass/util/packed_stride.hpp"
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/cutlass_grouped.cuh"
+#include "xla_plugin/kernels/cuda/sm90/group_tensormaps_sm90.cuh"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
 
 namespace jgg::cuda::sm90 {
@@ -106,20 +108,20 @@ struct GroupedGemm {
       Config::kEpilogueSubtileRowBytes == 0, cutlass::epilogue::collective::EpilogueTileAuto,
       Shape<_128, Int<Config::kEpilogueSubtileRowBytes / static_cast<int>(sizeof(ElementOut))>>>;
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using CollectiveEpilogue = EpilogueWithGroupTensormaps<typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape,
       typename Config::ClusterShape, EpilogueTile, float, float,
       void, cutlass::layout::RowMajor*, kAlignOut,  // no source operand C
       ElementOut, cutlass::layout::RowMajor*, kAlignOut, typename Config::EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<ElementOut, float, void, float>>::CollectiveOp;
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, float, void, float>>::CollectiveOp>;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using CollectiveMainloop = MainloopWithGroupTensormaps<typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementIn, LayoutA*, kAlignIn,
       ElementIn, LayoutB*, kAlignIn, float, typename Config::TileShape,
       typename Config::ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Config::KernelSchedule>::CollectiveOp;
+      typename Config::KernelSchedule>::CollectiveOp>;
 
   using Kernel = WaitsForPreparation<cutlass::gemm::kernel::GemmUniversal<
       ProblemShape, CollectiveMainloop, CollectiveEpilogue>>;
@@ -155,16 +157,51 @@ struct ProblemArrays {
   }
 };
 
+// Where the GEMM's TMA copies of A, B and D want each problem's descriptors, and the copies
+// themselves, whose descriptors fix everything but the tensor (group_tensormaps_sm90.cuh).
+template <class G>
+struct ProblemTensormaps {
+  typename G::CollectiveMainloop::Params mainloop;
+  typename G::CollectiveEpilogue::Params epilogue;
+
+  static constexpr int kOperands = 3;  // A, B, D
+
+  // Writes descriptor `operand` of problem p from `arrays`, unless p has no tiles (no CTA
+  // reads its descriptors then).
+  __device__ void Write(int64_t p, int operand, const ProblemArrays<G>& arrays,
+                        cute::TmaDescriptor& staging) const {
+    const int m = get<0>(arrays.shapes[p]), n = get<1>(arrays.shapes[p]),
+              k = get<2>(arrays.shapes[p]);
+    if (m == 0 || n == 0) return;
+    cute::TmaDescriptor* ab = G::CollectiveMainloop::Descriptors(mainloop, static_cast<int>(p));
+    if (operand == 0) {
+      WriteDescriptor(mainloop.tma_load_a,
+                      make_tensor(arrays.a[p], make_shape(m, k, Int<1>{}), arrays.stride_a[p]),
+                      staging, ab);
+    } else if (operand == 1) {
+      WriteDescriptor(mainloop.tma_load_b,
+                      make_tensor(arrays.b[p], make_shape(n, k, Int<1>{}), arrays.stride_b[p]),
+                      staging, ab + 1);
+    } else {
+      WriteDescriptor(epilogue.tma_store_d,
+                      make_tensor(arrays.d[p], make_shape(m, n, Int<1>{}), arrays.stride_d[p]),
+                      staging, G::CollectiveEpilogue::Descriptors(epilogue, static_cast<int>(p)));
+    }
+  }
+};
+
 // The one launch before the GEMM. `Problems` describes a grouped launch on the device:
 //   batch(), groups()         problem p = g * batch() + b is group g of batch entry b;
 //   prepare_parts()           blocks per batch entry (host);
 //   PrepareBatch(b, x, n)     block x of n of batch entry b prepares it (the schedule,
 //                             zero fills), all kPrepareThreads threads together;
 //   operator()(p)             what problem p is, once block 0 has prepared its batch entry.
-// Block 0 of each batch entry then writes that entry's problems in CUTLASS's form.
+// Block 0 of each batch entry then writes that entry's problems in CUTLASS's form, and
+// their TMA descriptors.
 template <class G, class Problems>
 __global__ void __launch_bounds__(Problems::kPrepareThreads)
-    PrepareProblemsKernel(Problems problems, ProblemArrays<G> out) {
+    PrepareProblemsKernel(Problems problems, ProblemArrays<G> out,
+                          const __grid_constant__ ProblemTensormaps<G> tensormaps) {
   // The GEMM may launch now: it waits for this whole grid before reading what it writes.
   asm volatile("griddepcontrol.launch_dependents;");
   const int64_t b = blockIdx.y;
@@ -182,6 +219,14 @@ __global__ void __launch_bounds__(Problems::kPrepareThreads)
     out.stride_b[p] = cutlass::make_cute_packed_stride(typename G::StrideB{}, {d.n, d.k, 1});
     out.stride_d[p] = cutlass::make_cute_packed_stride(typename G::StrideD{}, {d.m, d.n, 1});
   }
+  __syncthreads();  // the problems written above are read back below
+  __shared__ cute::TmaDescriptor staging[Problems::kPrepareThreads];
+  constexpr int kOperands = ProblemTensormaps<G>::kOperands;
+  for (int64_t i = threadIdx.x; i < kOperands * problems.groups(); i += blockDim.x) {
+    const int64_t p = i / kOperands * problems.batch() + b;
+    tensormaps.Write(p, static_cast<int>(i % kOperands), out, staging[threadIdx.x]);
+  }
+  cute::tma_descriptor_fence_release();  // the GEMM reads them through the tensormap proxy
 }
 
 // Tile order of the persistent group scheduler: along M (CUTLASS's default) unless
@@ -228,28 +273,37 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   if (problems.batch() == 0) return cudaSuccess;
   const int64_t count = problems.groups() * problems.batch();
   const ProblemArrays<G> arrays = ProblemArrays<G>::Carve(launch.problem_arguments, count);
+
+  // CUTLASS's parameters first: the preparation writes descriptors of its TMA copies.
+  typename G::Gemm gemm;
+  ProblemTensormaps<G> tensormaps{};
+  if (count > 0) {
+    typename G::Gemm::Arguments args;
+    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+    args.problem_shape = {static_cast<int>(count), arrays.shapes, nullptr};  // on device only
+    args.mainloop = {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b};
+    SetPlainEpilogue(args, arrays.d, arrays.stride_d);
+    args.scheduler.max_swizzle_size = 1;
+    args.scheduler.raster_order = RasterAlongN()
+                                      ? cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN
+                                      : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
+    args.hw_info.device_id = launch.device;
+    args.hw_info.sm_count = launch.sm_count;
+    if (cudaError_t e = InitializeCutlass(gemm, args, launch.cutlass_workspace,
+                                          launch.cutlass_workspace_bytes, launch.stream);
+        e != cudaSuccess)
+      return e;
+    tensormaps = {gemm.params().mainloop, gemm.params().epilogue};
+  }
+
   const dim3 grid(static_cast<unsigned>(problems.prepare_parts()),
                   static_cast<unsigned>(problems.batch()));
   PreferSharedMemoryCarveout(PrepareProblemsKernel<G, Problems>);
-  PrepareProblemsKernel<G><<<grid, Problems::kPrepareThreads, 0, launch.stream>>>(problems,
-                                                                                  arrays);
+  PrepareProblemsKernel<G><<<grid, Problems::kPrepareThreads, 0, launch.stream>>>(
+      problems, arrays, tensormaps);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (count == 0) return cudaSuccess;  // prepared (rows zeroed), nothing to multiply
-
-  typename G::Gemm::Arguments args;
-  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-  args.problem_shape = {static_cast<int>(count), arrays.shapes, nullptr};  // shapes on device only
-  args.mainloop = {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b};
-  SetPlainEpilogue(args, arrays.d, arrays.stride_d);
-  args.scheduler.max_swizzle_size = 1;
-  args.scheduler.raster_order = RasterAlongN()
-                                    ? cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN
-                                    : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
-  args.hw_info.device_id = launch.device;
-  args.hw_info.sm_count = launch.sm_count;
-
-  return RunCutlass<typename G::Gemm>(args, launch.cutlass_workspace, launch.stream,
-                                      LaunchAfterPreparation());
+  return FromCutlass(gemm.run(launch.stream, /*cuda_adapter=*/nullptr, LaunchAfterPreparation()));
 }
 
 }  // namespace jgg::cuda::sm90
