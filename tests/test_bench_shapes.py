@@ -27,6 +27,11 @@ from tools.bench import grouped_gemm_bench, report  # noqa: E402
 from tools.bench import shapes as shapes_lib  # noqa: E402
 from tools.bench import worker_protocol as wp  # noqa: E402
 
+# The harness's end-to-end checks run on the CPU only.
+cpu_harness_check = pytest.mark.skipif(
+    has_gpu(), reason="a CPU check of the harness: on a GPU its workers need the memory this "
+    "pytest process's JAX holds; run the harness standalone there")
+
 SPEC_ANCHORS = {  # SPEC section 8: M (tokens x top-k), K (hidden), N (ffn), G (experts)
     "mixtral": (16384, 4096, 14336, 8),
     "deepseek-ep8": (32768, 7168, 2048, 32),
@@ -239,8 +244,7 @@ def test_torch_worker_runs_against_a_stand_in_torch(tmp_path, monkeypatch):
   assert results["copy|-|copy_torch"]["bytes_moved"] == 2 * 4096
 
 
-@pytest.mark.skipif(has_gpu(), reason="a CPU check of the harness: on a GPU its workers need the "
-                    "memory this pytest process's JAX holds; run the harness standalone there")
+@cpu_harness_check
 def test_loop_report_sees_hoisted_work_and_the_chained_loop_keeps_each_call():
   import functools
 
@@ -266,8 +270,7 @@ def test_loop_report_sees_hoisted_work_and_the_chained_loop_keeps_each_call():
       np.asarray(dense(*operands), np.float32), rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.skipif(has_gpu(), reason="a CPU check of the harness: on a GPU its workers need the "
-                    "memory this pytest process's JAX holds; run the harness standalone there")
+@cpu_harness_check
 def test_a_row_whose_check_failed_meets_no_target():
   """Speed does not make a wrong result count: a failed check turns met into SHORT, and the
   cell says why; no check run leaves the speed verdict alone."""
@@ -282,6 +285,7 @@ def test_a_row_whose_check_failed_meets_no_target():
   assert report._target_cell(short) == "SHORT (1.047x torch < 1.05x)"  # why it is short
 
 
+@cpu_harness_check
 def test_harness_runs_end_to_end_on_cpu(tmp_path):
   """Tiny shape, JAX competitors, --check; one worker dies mid-measurement and is replaced."""
   tiny = [shapes_lib.GroupedGemmShape("tiny", 96, 64, 128, 4, seed=3),

@@ -6,7 +6,7 @@
 // Layout (each region 256-byte aligned):
 //   [ schedules: one RaggedSchedule per batch entry                          ]
 //   [ problem arrays: per (group, batch) problem shape, pointers and strides  ]
-//   [ CUTLASS kernel workspace (TMA descriptors of every problem)             ]
+//   [ CUTLASS kernel workspace (TMA descriptors)                              ]
 // The last two serve only the tensor-core CUDA path; the size is the same on
 // every platform so that one lowering (and one exported artifact) fits all.
 #ifndef JGG_XLA_PLUGIN_COMMON_WORKSPACE_H_
@@ -25,13 +25,13 @@ inline constexpr int64_t kProblemArgumentBytes = 192;
 // Upper bound of CUTLASS's own grouped-GEMM workspace: 512 B of TMA
 // descriptors per SM (67,584 B measured at 132 SMs), for up to 1024 SMs.
 inline constexpr int64_t kCutlassWorkspaceBytes = 512 * 1024;
-// The Hopper grouped GEMM's workspace holds the TMA descriptors of A, B and D of
-// every problem instead (128 B each; kernels/cuda/sm90/group_tensormaps_sm90.cuh),
-// on top of CUTLASS's bound.
+// The Hopper grouped GEMM keeps there the TMA descriptors of A, B and D of each of
+// its problems instead (128 B each; kernels/cuda/sm90/group_tensormaps_sm90.cuh):
+// those of 1024 problems, so a call of more problems runs as several GEMMs.
 inline constexpr int64_t kTensormapBytesPerProblem = 3 * 128;
-JGG_HOST_DEVICE inline int64_t RaggedCutlassWorkspaceBytes(int64_t problems) {
-  return kCutlassWorkspaceBytes + problems * kTensormapBytesPerProblem;
-}
+inline constexpr int64_t kProblemsPerGroupedGemm = 1024;
+static_assert(kProblemsPerGroupedGemm * kTensormapBytesPerProblem <= kCutlassWorkspaceBytes * 3 / 4,
+              "room for the descriptors and CUTLASS's tile scheduler");
 
 JGG_HOST_DEVICE inline int64_t AlignUp(int64_t bytes) {
   return CeilDiv(bytes, kWorkspaceAlignment) * kWorkspaceAlignment;
@@ -68,7 +68,7 @@ inline char* CutlassWorkspaceRegion(void* workspace, int64_t batch, int64_t num_
 
 inline int64_t RaggedWorkspaceBytes(int64_t batch, int64_t num_local_groups) {
   return ScheduleBytes(batch, num_local_groups) + ProblemArgumentsBytes(batch, num_local_groups) +
-         RaggedCutlassWorkspaceBytes(batch * num_local_groups);
+         kCutlassWorkspaceBytes;
 }
 
 }  // namespace jgg

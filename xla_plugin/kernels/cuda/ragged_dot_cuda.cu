@@ -91,8 +91,7 @@ bool ManyRowsPerGroup(int64_t rows, int64_t num_local_groups) {
 sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
                                int64_t groups, cudaStream_t stream) {
   return {info.device, info.sm_count, ProblemArgumentsRegion(o.workspace, batch, groups),
-          CutlassWorkspaceRegion(o.workspace, batch, groups),
-          RaggedCutlassWorkspaceBytes(batch * groups), stream};
+          CutlassWorkspaceRegion(o.workspace, batch, groups), stream};
 }
 
 }  // namespace

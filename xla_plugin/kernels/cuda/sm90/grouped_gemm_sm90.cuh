@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -155,6 +156,12 @@ struct ProblemArrays {
                 arrays.stride_b, arrays.stride_d);
     return arrays;
   }
+
+  // The arrays from problem `first` on.
+  ProblemArrays From(int64_t first) const {
+    return {shapes + first,   a + first,        b + first,       d + first,
+            stride_a + first, stride_b + first, stride_d + first};
+  }
 };
 
 // Where the GEMM's TMA copies of A, B and D want each problem's descriptors, and the copies
@@ -190,17 +197,34 @@ struct ProblemTensormaps {
   }
 };
 
+// A GEMM of more than kProblemsPerGroupedGemm problems runs as several, the first's
+// descriptors written by the preparation and each next one's by this kernel: launched
+// after the GEMM before it, which reads the descriptors it overwrites.
+inline constexpr int kTensormapThreads = 128;
+
+template <class G>
+__global__ void __launch_bounds__(kTensormapThreads)
+    WriteTensormapsKernel(ProblemArrays<G> problems, int64_t count,
+                          const __grid_constant__ ProblemTensormaps<G> tensormaps) {
+  __shared__ cute::TmaDescriptor staging[kTensormapThreads];
+  constexpr int kOperands = ProblemTensormaps<G>::kOperands;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < kOperands * count)
+    tensormaps.Write(i / kOperands, static_cast<int>(i % kOperands), problems, staging[threadIdx.x]);
+  cute::tma_descriptor_fence_release();  // the GEMM reads them through the tensormap proxy
+}
+
 // The one launch before the GEMM. `Problems` describes a grouped launch on the device:
 //   batch(), groups()         problem p = g * batch() + b is group g of batch entry b;
 //   prepare_parts()           blocks per batch entry (host);
 //   PrepareBatch(b, x, n)     block x of n of batch entry b prepares it (the schedule,
 //                             zero fills), all kPrepareThreads threads together;
 //   operator()(p)             what problem p is, once block 0 has prepared its batch entry.
-// Block 0 of each batch entry then writes that entry's problems in CUTLASS's form, and
-// their TMA descriptors.
+// Block 0 of each batch entry then writes that entry's problems in CUTLASS's form, and the
+// TMA descriptors of those among the first GEMM's `first_gemm_problems`.
 template <class G, class Problems>
 __global__ void __launch_bounds__(Problems::kPrepareThreads)
-    PrepareProblemsKernel(Problems problems, ProblemArrays<G> out,
+    PrepareProblemsKernel(Problems problems, ProblemArrays<G> out, int64_t first_gemm_problems,
                           const __grid_constant__ ProblemTensormaps<G> tensormaps) {
   // The GEMM may launch now: it waits for this whole grid before reading what it writes.
   asm volatile("griddepcontrol.launch_dependents;");
@@ -224,7 +248,8 @@ __global__ void __launch_bounds__(Problems::kPrepareThreads)
   constexpr int kOperands = ProblemTensormaps<G>::kOperands;
   for (int64_t i = threadIdx.x; i < kOperands * problems.groups(); i += blockDim.x) {
     const int64_t p = i / kOperands * problems.batch() + b;
-    tensormaps.Write(p, static_cast<int>(i % kOperands), out, staging[threadIdx.x]);
+    if (p < first_gemm_problems)
+      tensormaps.Write(p, static_cast<int>(i % kOperands), out, staging[threadIdx.x]);
   }
   cute::tma_descriptor_fence_release();  // the GEMM reads them through the tensormap proxy
 }
@@ -267,7 +292,32 @@ void PreferSharedMemoryCarveout(Kernel* kernel) {
   (void)once;
 }
 
-// Prepares the problems (PrepareProblemsKernel), then runs the grouped GEMM.
+// Sets `gemm` up for `count` problems from `arrays` on, and `tensormaps` to match.
+template <class G>
+cudaError_t InitializeGemm(typename G::Gemm& gemm, const ProblemArrays<G>& arrays,
+                           int64_t count, const GroupedLaunch& launch,
+                           ProblemTensormaps<G>& tensormaps) {
+  typename G::Gemm::Arguments args;
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.problem_shape = {static_cast<int>(count), arrays.shapes, nullptr};  // on device only
+  args.mainloop = {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b};
+  SetPlainEpilogue(args, arrays.d, arrays.stride_d);
+  args.scheduler.max_swizzle_size = 1;
+  args.scheduler.raster_order = RasterAlongN()
+                                    ? cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN
+                                    : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
+  args.hw_info.device_id = launch.device;
+  args.hw_info.sm_count = launch.sm_count;
+  if (cudaError_t e = InitializeCutlass(gemm, args, launch.cutlass_workspace,
+                                        kCutlassWorkspaceBytes, launch.stream);
+      e != cudaSuccess)
+    return e;
+  tensormaps = {gemm.params().mainloop, gemm.params().epilogue};
+  return cudaSuccess;
+}
+
+// Prepares the problems (PrepareProblemsKernel), then runs the grouped GEMM: one GEMM of
+// up to kProblemsPerGroupedGemm problems, as launches of any size but the largest vmaps are.
 template <class G, class Problems>
 cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   if (problems.batch() == 0) return cudaSuccess;
@@ -277,33 +327,36 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   // CUTLASS's parameters first: the preparation writes descriptors of its TMA copies.
   typename G::Gemm gemm;
   ProblemTensormaps<G> tensormaps{};
-  if (count > 0) {
-    typename G::Gemm::Arguments args;
-    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = {static_cast<int>(count), arrays.shapes, nullptr};  // on device only
-    args.mainloop = {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b};
-    SetPlainEpilogue(args, arrays.d, arrays.stride_d);
-    args.scheduler.max_swizzle_size = 1;
-    args.scheduler.raster_order = RasterAlongN()
-                                      ? cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN
-                                      : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
-    args.hw_info.device_id = launch.device;
-    args.hw_info.sm_count = launch.sm_count;
-    if (cudaError_t e = InitializeCutlass(gemm, args, launch.cutlass_workspace,
-                                          launch.cutlass_workspace_bytes, launch.stream);
+  const int64_t first = std::min(count, kProblemsPerGroupedGemm);
+  if (first > 0) {
+    if (cudaError_t e = InitializeGemm<G>(gemm, arrays, first, launch, tensormaps);
         e != cudaSuccess)
       return e;
-    tensormaps = {gemm.params().mainloop, gemm.params().epilogue};
   }
-
   const dim3 grid(static_cast<unsigned>(problems.prepare_parts()),
                   static_cast<unsigned>(problems.batch()));
   PreferSharedMemoryCarveout(PrepareProblemsKernel<G, Problems>);
   PrepareProblemsKernel<G><<<grid, Problems::kPrepareThreads, 0, launch.stream>>>(
-      problems, arrays, tensormaps);
+      problems, arrays, first, tensormaps);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (count == 0) return cudaSuccess;  // prepared (rows zeroed), nothing to multiply
-  return FromCutlass(gemm.run(launch.stream, /*cuda_adapter=*/nullptr, LaunchAfterPreparation()));
+  if (cudaError_t e = FromCutlass(gemm.run(launch.stream, /*cuda_adapter=*/nullptr,
+                                           LaunchAfterPreparation()));
+      e != cudaSuccess)
+    return e;
+
+  for (int64_t begin = first; begin < count; begin += kProblemsPerGroupedGemm) {
+    const int64_t n = std::min(count - begin, kProblemsPerGroupedGemm);
+    const ProblemArrays<G> next = arrays.From(begin);
+    if (cudaError_t e = InitializeGemm<G>(gemm, next, n, launch, tensormaps); e != cudaSuccess)
+      return e;
+    const auto blocks = static_cast<unsigned>(
+        (ProblemTensormaps<G>::kOperands * n + kTensormapThreads - 1) / kTensormapThreads);
+    WriteTensormapsKernel<G><<<blocks, kTensormapThreads, 0, launch.stream>>>(next, n, tensormaps);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = FromCutlass(gemm.run(launch.stream)); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace jgg::cuda::sm90

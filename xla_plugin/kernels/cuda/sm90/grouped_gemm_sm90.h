@@ -26,8 +26,7 @@ struct GroupedLaunch {
   int device;
   int sm_count;
   char* problem_arguments;  // workspace region for per-problem arguments
-  void* cutlass_workspace;  // workspace region for CUTLASS
-  int64_t cutlass_workspace_bytes;  // its size (RaggedCutlassWorkspaceBytes)
+  void* cutlass_workspace;  // workspace region for CUTLASS (kCutlassWorkspaceBytes)
   cudaStream_t stream;
 };
 
