@@ -84,8 +84,14 @@ int WgradStreamedRows() {
 bool FewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
   return rows <= 128 * num_local_groups;
 }
+// JGG_SM90_WIDE_EPILOGUE_ROWS overrides the 2048 for tuning runs; read once per process.
 bool ManyRowsPerGroup(int64_t rows, int64_t num_local_groups) {
-  return rows >= 2048 * num_local_groups;
+  static const int64_t threshold = [] {
+    const char* value = std::getenv("JGG_SM90_WIDE_EPILOGUE_ROWS");
+    const int64_t parsed = value == nullptr ? 0 : std::atoll(value);
+    return parsed > 0 ? parsed : int64_t{2048};
+  }();
+  return rows >= threshold * num_local_groups;
 }
 
 sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
