@@ -57,12 +57,12 @@ void SetPlainEpilogue(Arguments& args, D** d, StrideD* stride_d) {
   args.epilogue.dD = stride_d;
 }
 
-// Checks `args` and sets up `gemm` to run them with CUTLASS's workspace in ours (`bytes` at
-// `workspace`); no host sync, nothing launched.
+// Checks `args` and sets up `gemm` to run them with CUTLASS's workspace in ours
+// (kCutlassWorkspaceBytes at `workspace`); no host sync, nothing launched.
 template <class Gemm>
 cudaError_t InitializeCutlass(Gemm& gemm, const typename Gemm::Arguments& args, void* workspace,
-                              int64_t bytes, cudaStream_t stream) {
-  if (Gemm::get_workspace_size(args) > static_cast<size_t>(bytes))
+                              cudaStream_t stream) {
+  if (Gemm::get_workspace_size(args) > static_cast<size_t>(kCutlassWorkspaceBytes))
     return cudaErrorMemoryAllocation;  // the static bound in workspace.h is too small
   if (cudaError_t e = FromCutlass(gemm.can_implement(args)); e != cudaSuccess) return e;
   return FromCutlass(gemm.initialize(args, workspace, stream));
@@ -73,8 +73,7 @@ template <class Gemm>
 cudaError_t RunCutlass(const typename Gemm::Arguments& args, void* workspace,
                        cudaStream_t stream) {
   Gemm gemm;
-  if (cudaError_t e = InitializeCutlass(gemm, args, workspace, kCutlassWorkspaceBytes, stream);
-      e != cudaSuccess)
+  if (cudaError_t e = InitializeCutlass(gemm, args, workspace, stream); e != cudaSuccess)
     return e;
   return FromCutlass(gemm.run(stream));
 }

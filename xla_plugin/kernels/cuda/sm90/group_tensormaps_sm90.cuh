@@ -9,9 +9,10 @@
 // few hundred rows most tiles start a new group, and that wait lies on the critical path.
 //
 // Here the CUTLASS workspace holds one A, one B and one D descriptor per problem (not per
-// SM), written by the kernel that prepares the problem arrays. The collectives below derive
-// from CUTLASS's and only repoint the CTA's descriptor at the next problem's, behind an
-// acquire fence: nothing is rewritten or waited for in the GEMM.
+// SM; room for kProblemsPerGroupedGemm problems, so larger calls run several GEMMs), written
+// by the kernel that prepares the problem arrays. The collectives below derive from
+// CUTLASS's and only repoint the CTA's descriptor at the next problem's, behind an acquire
+// fence: nothing is rewritten or waited for in the GEMM.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_GROUP_TENSORMAPS_SM90_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_GROUP_TENSORMAPS_SM90_CUH_
 

@@ -308,8 +308,7 @@ cudaError_t InitializeGemm(typename G::Gemm& gemm, const ProblemArrays<G>& array
                                     : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
   args.hw_info.device_id = launch.device;
   args.hw_info.sm_count = launch.sm_count;
-  if (cudaError_t e = InitializeCutlass(gemm, args, launch.cutlass_workspace,
-                                        kCutlassWorkspaceBytes, launch.stream);
+  if (cudaError_t e = InitializeCutlass(gemm, args, launch.cutlass_workspace, launch.stream);
       e != cudaSuccess)
     return e;
   tensormaps = {gemm.params().mainloop, gemm.params().epilogue};
