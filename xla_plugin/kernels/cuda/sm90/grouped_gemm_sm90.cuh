@@ -349,8 +349,8 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
     const ProblemArrays<G> next = arrays.From(begin);
     if (cudaError_t e = InitializeGemm<G>(gemm, next, n, launch, tensormaps); e != cudaSuccess)
       return e;
-    const auto blocks = static_cast<unsigned>(
-        (ProblemTensormaps<G>::kOperands * n + kTensormapThreads - 1) / kTensormapThreads);
+    const auto blocks =
+        static_cast<unsigned>(CeilDiv(ProblemTensormaps<G>::kOperands * n, kTensormapThreads));
     WriteTensormapsKernel<G><<<blocks, kTensormapThreads, 0, launch.stream>>>(next, n, tensormaps);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     if (cudaError_t e = FromCutlass(gemm.run(launch.stream)); e != cudaSuccess) return e;

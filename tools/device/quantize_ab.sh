@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# GPU machine, repository root: A/B of MXFP8 quantize / dequantize settings on the current
+# build. For each entry of VARIANTS, in that order (repeat entries to see the run-to-run
+# spread), mxfp8_bench times the SHAPES with the environment settings the entry carries after
+# commas (the name before the first comma labels the run). Each run's mxfp8_bench.json comes
+# back as $OUT/run<i>_<entry>.json; the tables are printed.
+#   VARIANTS="wide strips,JGG_MXFP8_STRIPS=1 wide strips,JGG_MXFP8_STRIPS=1" bash tools/device/quantize_ab.sh
+set -u
+out=${OUT:-/tmp/jgg-gpu}; mkdir -p "$out" /tmp/quantize_ab
+export PYTHONPATH=$PWD/python:$PWD/tests:$PWD
+run=0
+for spec in ${VARIANTS:?entries: a name, then settings after commas}; do
+  run=$((run + 1))
+  IFS=, read -r -a fields <<< "$spec"
+  v=${spec//[,=]/_}
+  env "${fields[@]:1}" timeout "${BENCH_TIMEOUT:-200}" python3 -m tools.bench.mxfp8_bench \
+    --shapes "${SHAPES:-mixtral,mixtral-zipf,decode,decode-zipf}" --out "/tmp/quantize_ab/run$run" \
+    > "/tmp/quantize_ab/run$run.log" 2>&1
+  echo "=== run $run: $v rc=$?"
+  cp "/tmp/quantize_ab/run$run/mxfp8_bench.json" "$out/run${run}_$v.json"
+  grep -E "^\| [a-z0-9-]+ \| (activation|weight) \|" "/tmp/quantize_ab/run$run/mxfp8_bench.md"
+done
