@@ -170,6 +170,9 @@ CASES = {
     # Wide tiles with more groups (300) than their CTA has threads (128).
     "many_groups_wide": ("varying_first", (700, 256), "bfloat16",
                          np.random.default_rng(1).integers(-2, 6, size=300)),
+    # Groups of a few rows (a decode batch's experts) across several column tiles, and 8 rows
+    # past the groups.
+    "varying_first_few_rows": ("varying_first", (48, 2048), "bfloat16", [3, 8, 0, 9, 1, 5, 6, 8]),
     # 768 columns: dequantize in 256-column tiles of 8-byte chunks (512-column tiles would
     # leave a third of the lanes idle); 256 columns (dense_vector) take them too.
     "dense_768": ("dense", (40, 768), "bfloat16", None),

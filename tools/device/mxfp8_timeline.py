@@ -4,7 +4,7 @@ Runs the mxfp8 bench's loop (jax_loop.call_loop, barrier strategy) for a few row
 jax.profiler, reads the trace back (jax.profiler.ProfileData) and prints, per row, the GPU
 activities of the last loop: kernels and memsets with their durations, and the mean
 kernel time against the mean time per call (the rest is gaps: launches, memsets, ramps).
-Run on the device: PYTHONPATH=python:tests:. python3 tools/device/mxfp8_timeline.py
+Run on the device: PYTHONPATH=python:tests:. python3 tools/device/mxfp8_timeline.py [shape:tensor:op ...]
 """
 
 from __future__ import annotations
@@ -66,8 +66,9 @@ def timeline(fn, operands, label):
   print(f"    gaps between activities: mean {sum(gaps) / len(gaps):.2f} us, max {max(gaps):.2f} us")
 
 
-def main():
-  for shape_name, tensor, op in ROWS:
+def main(argv):
+  rows = [tuple(a.split(":")) for a in argv] or ROWS  # shape:tensor:op, e.g. decode:activation:dequantize
+  for shape_name, tensor, op in rows:
     shape = shapes_lib.by_name([shape_name])[0]
     x, sizes = mxfp8_bench._operands(shape, tensor)
     fn, operands, moved = mxfp8_bench._call(op, x, sizes, jgg.mxfp8.quantize(x, sizes))
@@ -79,4 +80,4 @@ def main():
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(main(sys.argv[1:]))

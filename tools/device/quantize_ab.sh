@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# GPU machine, repository root: A/B of MXFP8 quantize / dequantize settings on the current
-# build. For each entry of VARIANTS, in that order (repeat entries to see the run-to-run
-# spread), mxfp8_bench times the SHAPES with the environment settings the entry carries after
-# commas (the name before the first comma labels the run). Each run's mxfp8_bench.json comes
-# back as $OUT/run<i>_<entry>.json; the tables are printed.
+# GPU machine, repository root: A/B of MXFP8 quantize / dequantize builds and settings. For each
+# entry of VARIANTS, in that order (repeat entries to see the run-to-run spread), mxfp8_bench
+# times the SHAPES with the environment settings the entry carries after commas. The name
+# before the first comma labels the run and, where build/ab/quantize_variants.tar.xz (carried;
+# files <name>.so: `tar cf - base.so new.so | xz -1 > build/ab/quantize_variants.tar.xz`) holds
+# <name>.so, picks that native module; otherwise the checkout's runs. Each run's
+# mxfp8_bench.json comes back as $OUT/run<i>_<entry>.json; the tables are printed.
+#   VARIANTS="base new base new" bash tools/device/quantize_ab.sh
 #   VARIANTS="wide strips,JGG_MXFP8_STRIPS=1 wide strips,JGG_MXFP8_STRIPS=1" bash tools/device/quantize_ab.sh
 set -u
 out=${OUT:-/tmp/jgg-gpu}; mkdir -p "$out" /tmp/quantize_ab
 export PYTHONPATH=$PWD/python:$PWD/tests:$PWD
+module=python/jax_grouped_gemm/_jgg_native.cpython-312-x86_64-linux-gnu.so
+variants=build/ab/quantize_variants.tar.xz
+[[ -f $variants ]] && tar xJf "$variants" -C /tmp/quantize_ab && cp "$module" /tmp/quantize_ab/checkout.so.orig
 run=0
 for spec in ${VARIANTS:?entries: a name, then settings after commas}; do
   run=$((run + 1))
   IFS=, read -r -a fields <<< "$spec"
   v=${spec//[,=]/_}
+  if [[ -f /tmp/quantize_ab/${fields[0]}.so ]]; then
+    cp "/tmp/quantize_ab/${fields[0]}.so" "$module"
+  elif [[ -f /tmp/quantize_ab/checkout.so.orig ]]; then
+    cp /tmp/quantize_ab/checkout.so.orig "$module"
+  fi
   env "${fields[@]:1}" timeout "${BENCH_TIMEOUT:-200}" python3 -m tools.bench.mxfp8_bench \
     --shapes "${SHAPES:-mixtral,mixtral-zipf,decode,decode-zipf}" --out "/tmp/quantize_ab/run$run" \
     > "/tmp/quantize_ab/run$run.log" 2>&1
