@@ -14,6 +14,8 @@ out=${OUT:-/tmp/jgg-gpu}; mkdir -p "$out" /tmp/gemm_ab
 tar xJf build/ab/gemm_variants.tar.xz -C /tmp/gemm_ab
 root=$PWD
 module=_jgg_native.cpython-312-x86_64-linux-gnu.so
+cp "$root/python/jax_grouped_gemm/$module" /tmp/gemm_ab/checkout.so.orig
+trap 'cp /tmp/gemm_ab/checkout.so.orig "$root/python/jax_grouped_gemm/$module"' EXIT  # the checkout keeps its own module
 competitors="ours,${COMPETITORS_FIRST:-torch,dense}"
 run=0
 for spec in ${VARIANTS:?names of the builds to bench}; do

@@ -13,7 +13,11 @@ out=${OUT:-/tmp/jgg-gpu}; mkdir -p "$out" /tmp/quantize_ab
 export PYTHONPATH=$PWD/python:$PWD/tests:$PWD
 module=python/jax_grouped_gemm/_jgg_native.cpython-312-x86_64-linux-gnu.so
 variants=build/ab/quantize_variants.tar.xz
-[[ -f $variants ]] && tar xJf "$variants" -C /tmp/quantize_ab && cp "$module" /tmp/quantize_ab/checkout.so.orig
+if [[ -f $variants ]]; then
+  tar xJf "$variants" -C /tmp/quantize_ab
+  cp "$module" /tmp/quantize_ab/checkout.so.orig
+  trap 'cp /tmp/quantize_ab/checkout.so.orig "$module"' EXIT  # the checkout keeps its own module
+fi
 run=0
 for spec in ${VARIANTS:?entries: a name, then settings after commas}; do
   run=$((run + 1))
