@@ -58,18 +58,21 @@ def emulator(tmp_path_factory):
   i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
   lib.EmulateMxfp8Quantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32, i32] + [ptr] * 6
   lib.EmulateMxfp8Dequantize.argtypes = [i32, i64, i64, i64, i32, i32, i32, i32] + [ptr] * 4
-  lib.SetEmulatedJobCounter.argtypes = [i32, i32]
+  lib.SetEmulatedJobCounter.argtypes = [i32, i32, i32]
   lib.EmulateExactScalingMismatches.argtypes = [i32, i32, ctypes.POINTER(i64)]
   lib.EmulateExactScalingMismatches.restype = i64
   return lib
 
 
-# name: (job counter passed, CTAs last to first)
+# name: (job counter passed, CTAs last to first, small kernels where they serve)
 JOB_SPLITS = {
-    "static": (False, False),  # each CTA's static share (_v1)
-    "dynamic": (True, False),  # jobs from a zeroed counter (what the CUDA launches pass)
-    "dynamic_reversed": (True, True),  # the same, CTA 0 last: no reliance on CTA order
+    "static": (False, False, False),  # each CTA's static share (_v1)
+    "dynamic": (True, False, False),  # jobs from a zeroed counter (what the CUDA launches pass)
+    "dynamic_reversed": (True, True, False),  # the same, CTA 0 last: no reliance on CTA order
+    # One job per warp and a thread per scale word (what small CUDA calls take), CTA 0 last.
+    "small_reversed": (False, True, True),
 }
+SMALL_WIDTH_BASE = 100000  # emulate() returns this plus the tile width for the small kernels
 
 
 @pytest.fixture(params=JOB_SPLITS)
@@ -77,7 +80,7 @@ def job_split(request, emulator):
   """Runs a test under every job split of the kernels."""
   emulator.SetEmulatedJobCounter(*JOB_SPLITS[request.param])
   yield request.param
-  emulator.SetEmulatedJobCounter(False, False)
+  emulator.SetEmulatedJobCounter(False, False, False)
 
 
 def _address(a):
@@ -234,24 +237,28 @@ def test_emulated_unaligned_input_takes_the_scalar_path(emulator, job_split, in_
   _assert_same(emulated, q)
 
 
+def _quantize_width(emulator, case):
+  layout, shape, in_dtype, sizes = CASES[case]
+  x = _values(1, shape, jnp.dtype(in_dtype))
+  return emulate(emulator, x, sizes, layout, jnp.float8_e4m3fn, True, False, False)[1]
+
+
+def _dequantize_width(emulator, case):
+  layout, shape, in_dtype, sizes = CASES[case]
+  q = _library_quantize(_values(1, shape, jnp.dtype(in_dtype)), sizes, layout,
+                        jnp.float8_e4m3fn, True, True, "compact")
+  widths = {emulate_dequantize(emulator, q, jnp.dtype(jnp.bfloat16), c)[1] for c in (0, 1)}
+  assert len(widths) == 1, widths
+  return widths.pop()
+
+
 def test_emulation_covers_both_kernel_families(emulator):
   """The cases above run the wide kernels (16-byte chunks, 128-thread CTAs; dequantize also
   8-byte chunks) and the strip kernels at 32-, 64-, 96- and 128-thread CTAs (more groups than
   threads included). Widths as emulate() returns them: strips the CTA's threads, wide tiles
   minus their columns."""
-  def quantize_width(case):
-    layout, shape, in_dtype, sizes = CASES[case]
-    x = _values(1, shape, jnp.dtype(in_dtype))
-    return emulate(emulator, x, sizes, layout, jnp.float8_e4m3fn, True, False, False)[1]
-
-  def dequantize_width(case):
-    layout, shape, in_dtype, sizes = CASES[case]
-    q = _library_quantize(_values(1, shape, jnp.dtype(in_dtype)), sizes, layout,
-                          jnp.float8_e4m3fn, True, True, "compact")
-    widths = {emulate_dequantize(emulator, q, jnp.dtype(jnp.bfloat16), c)[1] for c in (0, 1)}
-    assert len(widths) == 1, widths
-    return widths.pop()
-
+  quantize_width = lambda case: _quantize_width(emulator, case)
+  dequantize_width = lambda case: _dequantize_width(emulator, case)
   wide = {case: quantize_width(case) for case in ("dense_vector", "dense_f32_wide",
                                                "varying_first_wide", "same_dims_wide",
                                                "varying_both_wide", "many_groups_wide",
@@ -267,6 +274,30 @@ def test_emulation_covers_both_kernel_families(emulator):
   assert dequantize == {"varying_first_wide": -512, "dense_768": -256,
                         "varying_first_768": -256, "dense_vector": -256,
                         "dense_strips_128": 128}, dequantize
+
+
+def test_emulation_covers_the_small_kernels(emulator):
+  """Under "small_reversed" every layout but varying-last takes the small kernels: 16-byte
+  chunks (bf16/f16 256 columns, f32 128), dequantize 16 fp8 codes per lane or 8 where the rows
+  are not whole 16-byte chunks; varying-last, and rows that are not whole chunks, keep the
+  others. Widths as emulate() returns them (SMALL_WIDTH_BASE plus the tile's columns)."""
+  emulator.SetEmulatedJobCounter(*JOB_SPLITS["small_reversed"])
+  try:
+    quantize = {case: _quantize_width(emulator, case) for case in (
+        "dense_vector", "dense_f32_wide", "varying_first", "same_dims", "varying_both",
+        "many_groups_wide", "varying_first_few_rows", "varying_last", "varying_first_odd")}
+    dequantize = {case: _dequantize_width(emulator, case) for case in (
+        "varying_first_wide", "same_dims", "varying_both", "dense_strips_128")}
+  finally:
+    emulator.SetEmulatedJobCounter(False, False, False)
+  small = SMALL_WIDTH_BASE
+  assert quantize == {"dense_vector": small + 256, "dense_f32_wide": small + 128,
+                      "varying_first": small + 256, "same_dims": small + 256,
+                      "varying_both": small + 256, "many_groups_wide": small + 256,
+                      "varying_first_few_rows": small + 256, "varying_last": 96,
+                      "varying_first_odd": 32}, quantize
+  assert dequantize == {"varying_first_wide": small + 512, "same_dims": small + 256,
+                        "varying_both": small + 256, "dense_strips_128": 128}, dequantize
 
 
 # Scales whose dequantization the kernels do with integer operations and one multiply (every

@@ -2,6 +2,7 @@
 // through simt_shim.h; C entry points for tests/test_mxfp8_emulated.py (ctypes).
 #include "tests/emulation/simt_shim.h"
 #include "xla_plugin/kernels/cuda/mxfp8_launch_config.cuh"
+#include "xla_plugin/kernels/cuda/mxfp8_small_kernels.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_wide_kernels.cuh"
 
 namespace {
@@ -14,6 +15,18 @@ constexpr int64_t kResidentCtas = 3;
 
 // Launches pass a zeroed job counter (the dynamic job split) when set, none (static) otherwise.
 bool g_job_counter = false;
+// Every call the small kernels serve takes them when set (the CUDA launcher: the small calls).
+bool g_small = false;
+
+// Widths as EmulateJobs returns them, for the small kernels: their tile width plus this.
+constexpr int kSmallWidthBase = 100000;
+
+// Runs a small kernel (mxfp8_small_kernels.cuh) over `grid`, as the CUDA launch would.
+template <typename Kernel, typename Operands, typename... Args>
+int EmulateSmall(Kernel kernel, const Grid& grid, Operands ops, Args... args) {
+  if (grid.ctas > 0) simt::Launch(grid.ctas, kSmallThreads, [&] { kernel(grid, ops, args...); });
+  return kSmallWidthBase + static_cast<int>(grid.tile_cols);
+}
 
 // Runs kernel(grid, args...) on every CTA of `grid`, as the CUDA launch would; returns the CTA
 // width for strips, minus the tile width in columns for wide tiles (the tests' coverage checks).
@@ -31,6 +44,11 @@ struct EmulatedQuantize {
   const jgg::mxfp8::QuantizeOperands& o;
   template <typename In, bool kRow, bool kCol, jgg::mxfp8::Fp8Format kFormat>
   int Run() {
+    const int small_chunk = SmallQuantizeChunk(p, o, sizeof(In));
+    if (g_small && small_chunk > 0) {
+      return EmulateSmall(QuantizeSmallKernel<In, kRow, kCol, kFormat>,
+                          SmallGrid(p.shape, small_chunk, true), o, p.swizzled);
+    }
     const Grid grid = QuantizeGrid(p, o, sizeof(In));
     if (grid.wide) return EmulateJobs(QuantizeWideKernel<In, kRow, kCol, kFormat>, grid, o, p.swizzled);
     return EmulateJobs(QuantizeKernel<In, kRow, kCol, kFormat>, grid, o, p.swizzled);
@@ -42,6 +60,14 @@ struct EmulatedDequantize {
   const jgg::mxfp8::DequantizeOperands& o;
   template <typename Out, jgg::mxfp8::Fp8Format kFormat>
   int Run() {
+    const int small_chunk = SmallDequantizeChunk(p, o);
+    if (g_small && small_chunk > 0) {
+      const Grid grid = SmallGrid(p.shape, small_chunk, false);
+      if (small_chunk == 16) {
+        return EmulateSmall(DequantizeSmallKernel<Out, kFormat, 16>, grid, o, p.colwise, p.swizzled);
+      }
+      return EmulateSmall(DequantizeSmallKernel<Out, kFormat, 8>, grid, o, p.colwise, p.swizzled);
+    }
     const Grid grid = DequantizeGrid(p, o);
     if (grid.wide && grid.tile_cols == 32 * kWideDequantChunk) {
       return EmulateJobs(DequantizeWideKernel<Out, kFormat, kWideDequantChunk>, grid, o,
@@ -61,10 +87,12 @@ jgg::mxfp8::GroupedShape Shape(int layout, int64_t groups, int64_t rows, int64_t
 
 }  // namespace
 
-// on: a zeroed job counter, else none; reverse: CTAs run last to first.
-extern "C" void SetEmulatedJobCounter(int on, int reverse) {
+// on: a zeroed job counter, else none; reverse: CTAs run last to first; small: the small
+// kernels wherever they serve.
+extern "C" void SetEmulatedJobCounter(int on, int reverse, int small) {
   g_job_counter = on != 0;
   simt::reverse_cta_order = reverse != 0;
+  g_small = small != 0;
 }
 
 // Return the kernel family and width (EmulateJobs), for the tests' coverage checks.

@@ -1,5 +1,6 @@
 // CUDA handlers of the grouped MXFP8 quantize / dequantize: decode, then one launch on XLA's
-// stream (_v2: after a memset of the job counter in the workspace result). Declared
+// stream (_v2: the workspace result holds the job counter, which the launcher zeroes with a
+// memset where its kernel takes jobs from it). Declared
 // command-buffer compatible: no host read of device data, no sync, no allocation (group
 // offsets are computed inside the kernel).
 #include <cuda_runtime_api.h>
@@ -12,13 +13,7 @@
 namespace jgg {
 namespace {
 
-// A memset node when captured; nothing for null (_v1: a static job split).
-ffi::Error ResetJobCounter(unsigned long long* job_counter, cudaStream_t stream) {
-  if (job_counter == nullptr) return ffi::Error::Success();
-  return FromCuda(cudaMemsetAsync(job_counter, 0, sizeof(*job_counter), stream), "job counter");
-}
-
-// `job_counter`: null for _v1 (a static job split), else the workspace's counter, zeroed here.
+// `job_counter`: null for _v1 (a static job split), else the workspace's counter.
 ffi::Error Mxfp8QuantizeCuda(cudaStream_t stream, ffi::AnyBuffer x,
                              ffi::Buffer<ffi::S32> group_sizes,
                              ffi::Result<ffi::AnyBuffer> row_data,
@@ -34,7 +29,6 @@ ffi::Error Mxfp8QuantizeCuda(cudaStream_t stream, ffi::AnyBuffer x,
                              MaybePoison(col_data, stream), MaybePoison(col_scales, stream)}) {
     if (auto e = FromCuda(status, "poison"); e.failure()) return e;
   }
-  if (auto e = ResetJobCounter(job_counter, stream); e.failure()) return e;
   call->operands.job_counter = job_counter;
   return FromCuda(cuda::LaunchMxfp8Quantize(call->problem, call->operands, stream),
                   "mxfp8 quantize launch");
@@ -47,7 +41,6 @@ ffi::Error Mxfp8DequantizeCuda(cudaStream_t stream, ffi::AnyBuffer data,
   auto call = DecodeMxfp8Dequantize(data, scales, group_sizes, out, layout, colwise, swizzled);
   if (call.has_error()) return call.error();
   if (auto e = FromCuda(MaybePoison(out, stream), "poison"); e.failure()) return e;
-  if (auto e = ResetJobCounter(job_counter, stream); e.failure()) return e;
   call->operands.job_counter = job_counter;
   return FromCuda(cuda::LaunchMxfp8Dequantize(call->problem, call->operands, stream),
                   "mxfp8 dequantize launch");

@@ -5,7 +5,9 @@
 #include <cstdlib>
 
 #include "xla_plugin/kernels/cuda/device_info.h"
+#include "xla_plugin/kernels/cuda/launch_limits.h"
 #include "xla_plugin/kernels/cuda/mxfp8_launch_config.cuh"
+#include "xla_plugin/kernels/cuda/mxfp8_small_kernels.cuh"
 #include "xla_plugin/kernels/cuda/mxfp8_wide_kernels.cuh"
 
 namespace jgg::cuda {
@@ -62,25 +64,55 @@ bool WideAllowed() {
   return allowed;
 }
 
+// Calls of at most this many bytes of high-precision data (quantize's input, dequantize's
+// output) take the small kernels where they serve. JGG_MXFP8_SMALL=0 keeps every call on the
+// persistent kernels, =1 sends every call they serve to them (measurements of both in one
+// process).
+constexpr int64_t kSmallCallBytes = int64_t{8} << 20;
+
+bool TakesSmallKernels(const GroupedShape& s, int elem_bytes) {
+  static const int forced = [] {
+    const char* value = std::getenv("JGG_MXFP8_SMALL");
+    return value == nullptr ? -1 : value[0] == '1' ? 1 : 0;
+  }();
+  if (forced >= 0) return forced == 1;
+  return mxfp8::DataElements(s) * elem_bytes <= kSmallCallBytes;
+}
+
+// Launches a small kernel (mxfp8_small_kernels.cuh) over `grid`: no job counter, no dynamic
+// shared memory.
+template <typename Kernel, typename... Args>
+cudaError_t LaunchSmall(Kernel kernel, const Grid& grid, cudaStream_t stream, Args... args) {
+  if (grid.ctas == 0) return cudaSuccess;
+  if (grid.ctas > kMaxGridX) return cudaErrorInvalidConfiguration;
+  kernel<<<grid.ctas, kSmallThreads, 0, stream>>>(grid, args...);
+  return cudaGetLastError();
+}
+
 struct KernelState {  // one per kernel instantiation
   ResidentCache resident;
   std::atomic<uint64_t> shared_opted_in{0};  // a bit per device
 };
 
-// Launches `kernel` over grid's jobs: one wave of CTAs taking jobs from the counter. Wide
-// kernels take their copy stages as dynamic shared memory (static and dynamic together pass
-// the 48 KB a kernel gets without opting in).
+// Launches `kernel` over grid's jobs: one wave of CTAs taking jobs from the counter, zeroed
+// first (a memset node when captured), or each CTA its static share where the call has no
+// counter or the kernel cannot use it. Wide kernels take their copy stages as dynamic shared
+// memory (static and dynamic together pass the 48 KB a kernel gets without opting in).
 template <typename Kernel, typename... Args>
-cudaError_t LaunchJobs(Kernel kernel, Grid& grid, const void* job_counter, KernelState& state,
-                       cudaStream_t stream, Args... args) {
+cudaError_t LaunchJobs(Kernel kernel, Grid& grid, unsigned long long* job_counter,
+                       KernelState& state, cudaStream_t stream, Args... args) {
   const int shared_bytes = grid.wide ? kWideStagesBytes : 0;
   const DeviceInfo gpu = CurrentDevice();
   if (shared_bytes > 0) {
     const cudaError_t e = AllowSharedBytes(kernel, shared_bytes, gpu.device, state.shared_opted_in);
     if (e != cudaSuccess) return e;
   }
-  SetCtas(grid, ResidentCtas(kernel, grid.threads, shared_bytes, gpu, state.resident),
-          DynamicJobs(grid, job_counter));
+  const bool dynamic = DynamicJobs(grid, job_counter);
+  if (dynamic) {
+    const cudaError_t e = cudaMemsetAsync(job_counter, 0, sizeof(*job_counter), stream);
+    if (e != cudaSuccess) return e;
+  }
+  SetCtas(grid, ResidentCtas(kernel, grid.threads, shared_bytes, gpu, state.resident), dynamic);
   kernel<<<grid.ctas, grid.threads, shared_bytes, stream>>>(grid, args...);
   return cudaGetLastError();
 }
@@ -92,6 +124,12 @@ struct QuantizeLaunch {
 
   template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
   cudaError_t Run() {
+    const int small_chunk = SmallQuantizeChunk(p, o, sizeof(In));
+    if (small_chunk > 0 && TakesSmallKernels(p.shape, sizeof(In))) {
+      return LaunchSmall(QuantizeSmallKernel<In, kRow, kCol, kFormat>,
+                         SmallGrid(p.shape, small_chunk, /*scale_words=*/true), stream, o,
+                         p.swizzled);
+    }
     Grid grid = QuantizeGrid(p, o, sizeof(In), WideAllowed());
     if (grid.jobs == 0) return cudaSuccess;
     static KernelState wide_state, strip_state;
@@ -111,6 +149,16 @@ struct DequantizeLaunch {
 
   template <typename Out, Fp8Format kFormat>
   cudaError_t Run() {
+    const int small_chunk = SmallDequantizeChunk(p, o);
+    if (small_chunk > 0 && TakesSmallKernels(p.shape, sizeof(Out))) {
+      const Grid grid = SmallGrid(p.shape, small_chunk, /*scale_words=*/false);
+      if (small_chunk == 16) {
+        return LaunchSmall(DequantizeSmallKernel<Out, kFormat, 16>, grid, stream, o, p.colwise,
+                           p.swizzled);
+      }
+      return LaunchSmall(DequantizeSmallKernel<Out, kFormat, 8>, grid, stream, o, p.colwise,
+                         p.swizzled);
+    }
     Grid grid = DequantizeGrid(p, o, WideAllowed());
     if (grid.jobs == 0) return cudaSuccess;
     static KernelState wide_state, half_wide_state, strip_state;

@@ -1,5 +1,6 @@
 // CUDA launchers of the grouped MXFP8 quantize and dequantize (common/mxfp8_problem.h). One
-// kernel launch each, on the caller's stream: group boundaries and scale offsets are prefix
+// kernel launch each (after a memset of the job counter where the kernel takes jobs from one),
+// on the caller's stream: group boundaries and scale offsets are prefix
 // sums every CTA computes from the device group sizes, so there is no host read, no sync, no
 // allocation and no workspace: capturable in a CUDA graph, replayable with new group sizes.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_CUDA_H_

@@ -66,6 +66,15 @@ struct Grid {
 // group sizes, spreading that cost over several tiles.
 constexpr int kJobsPerLocate = 16;
 
+// Small launches (mxfp8_small_kernels.cuh): one job per warp, no job counter. CTAs
+// [0, SmallDataCtas) convert the data tiles; quantize's further CTAs zero scale words, one
+// 16-byte word of each scale buffer per thread.
+constexpr int kSmallThreads = kMaxThreads;  // BlockInclusiveSums's width
+constexpr int kSmallWarps = kSmallThreads / 32;
+__host__ __device__ inline int64_t SmallDataCtas(const Grid& grid) {
+  return CeilDiv(grid.data_tiles, kSmallWarps);
+}
+
 // What one job of a CTA does, identical for all its threads (lives in shared memory).
 struct TileJob {
   Region region;

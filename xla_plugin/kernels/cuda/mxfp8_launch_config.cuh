@@ -93,12 +93,54 @@ inline bool WideTiles(const GroupedShape& s, int chunk_elements, bool aligned) {
          8 * idle <= CeilDiv(s.cols, tile_cols) * tile_cols;
 }
 
+inline bool QuantizeAligned(const mxfp8::QuantizeProblem& p, const mxfp8::QuantizeOperands& o) {
+  return Aligned16(o.x) && (!p.rowwise || (Aligned16(o.row_data) && Aligned16(o.row_scales))) &&
+         (!p.colwise || (Aligned16(o.col_data) && Aligned16(o.col_scales)));
+}
+
+inline bool DequantizeAligned(const mxfp8::DequantizeOperands& o) {
+  return Aligned16(o.data) && Aligned16(o.out) && Aligned16(o.scales);
+}
+
+// Small tiles (mxfp8_small_kernels.cuh) serve calls whose rows are whole chunks at aligned
+// addresses, all layouts but varying-last (its groups start at any column), ragged calls of at
+// most kCachedGroups groups (the prefix sums every CTA keeps). Which calls that they serve take
+// them is the launcher's choice (mxfp8_cuda.cu: the small ones).
+inline bool SmallTiles(const GroupedShape& s, int chunk_elements, bool aligned) {
+  return aligned && s.layout != GroupedLayout::kVaryingLast && s.cols % chunk_elements == 0 &&
+         (!RaggedLayout(s) || s.num_groups <= kCachedGroups);
+}
+
+// The small launch of a call in chunks of `chunk_elements`: its data tiles (32 rows x 32 lanes'
+// chunks), one per warp, then, for quantize, one thread per 16-byte word of the scale buffers.
+inline Grid SmallGrid(const GroupedShape& s, int chunk_elements, bool scale_words) {
+  Grid grid = MakeGrid(s, 32 * static_cast<int64_t>(chunk_elements), kSmallThreads,
+                       /*wide=*/false, /*aligned=*/true);
+  grid.jobs = grid.data_tiles;
+  grid.ctas = SmallDataCtas(grid) +
+              (scale_words ? CeilDiv(CeilDiv(grid.scale_bytes, 16), kSmallThreads) : 0);
+  return grid;
+}
+
+// Elements per chunk of the small quantize tiles of a call; 0 where they do not serve it.
+inline int SmallQuantizeChunk(const mxfp8::QuantizeProblem& p, const mxfp8::QuantizeOperands& o,
+                              int in_bytes) {
+  return SmallTiles(p.shape, 16 / in_bytes, QuantizeAligned(p, o)) ? 16 / in_bytes : 0;
+}
+
+// fp8 codes per chunk of the small dequantize tiles (16, or 8 for rows of whole 8-byte
+// chunks); 0 where they do not serve the call.
+inline int SmallDequantizeChunk(const mxfp8::DequantizeProblem& p,
+                                const mxfp8::DequantizeOperands& o) {
+  const bool aligned = DequantizeAligned(o);
+  if (SmallTiles(p.shape, 16, aligned)) return 16;
+  return SmallTiles(p.shape, 8, aligned) ? 8 : 0;
+}
+
 // Grids of one call: wide tiles where they serve, else 8-byte strips of `vec` elements.
 inline Grid QuantizeGrid(const mxfp8::QuantizeProblem& p, const mxfp8::QuantizeOperands& o,
                          int in_bytes, bool allow_wide = true) {
-  const bool aligned = Aligned16(o.x) &&
-                       (!p.rowwise || (Aligned16(o.row_data) && Aligned16(o.row_scales))) &&
-                       (!p.colwise || (Aligned16(o.col_data) && Aligned16(o.col_scales)));
+  const bool aligned = QuantizeAligned(p, o);
   const int chunk = 16 / in_bytes, vec = kStripBytes / in_bytes;
   if (allow_wide && WideTiles(p.shape, chunk, aligned)) {
     return MakeGrid(p.shape, 32 * chunk, kWideThreads, true, aligned);
@@ -109,7 +151,7 @@ inline Grid QuantizeGrid(const mxfp8::QuantizeProblem& p, const mxfp8::QuantizeO
 
 inline Grid DequantizeGrid(const mxfp8::DequantizeProblem& p, const mxfp8::DequantizeOperands& o,
                            bool allow_wide = true) {
-  const bool aligned = Aligned16(o.data) && Aligned16(o.out) && Aligned16(o.scales);
+  const bool aligned = DequantizeAligned(o);
   Grid grid;
   if (allow_wide && WideTiles(p.shape, kWideDequantChunk, aligned)) {
     grid = MakeGrid(p.shape, 32 * kWideDequantChunk, kWideThreads, true, aligned);

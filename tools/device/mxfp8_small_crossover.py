@@ -1,0 +1,66 @@
+"""Kernel time of MXFP8 quantize / dequantize on activations of growing token counts.
+
+Activations [tokens, 4096] bf16 over 64 experts (uniform routing), every op of the mxfp8
+bench, timed under the profiler (mean duration of the op's kernels over the last loop of
+mxfp8_timeline's loop). Run it with JGG_MXFP8_SMALL=1 (the small kernels wherever they serve)
+and =0 (the persistent kernels) to see where the small kernels stop paying: the size limit of
+mxfp8_cuda.cu. Run on the device:
+  JGG_MXFP8_SMALL=1 PYTHONPATH=python:tests:. python3 tools/device/mxfp8_small_crossover.py OUT.json
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import tempfile
+
+import jax
+import jax.numpy as jnp
+
+import jax_grouped_gemm as jgg
+from tools.bench import jax_loop, mxfp8_bench
+from tools.bench import shapes as shapes_lib
+from tools.device import mxfp8_timeline
+
+TOKENS = (256, 1024, 2048, 4096, 8192)
+HIDDEN, EXPERTS = 4096, 64
+
+
+def kernel_microseconds(fn, operands):
+  """Mean duration of the MXFP8 kernels in the profiled last loop of CALLS calls."""
+  carry = jax.eval_shape(fn, *operands)
+  loop = jax.jit(functools.partial(jax_loop.call_loop, fn, mxfp8_timeline.CALLS,
+                                   jax_loop.BARRIER), donate_argnums=(1,))
+  out = jax.block_until_ready(loop(operands, jnp.zeros(carry.shape, carry.dtype)))
+  out = jax.block_until_ready(loop(operands, out))
+  with tempfile.TemporaryDirectory() as trace_dir:
+    with jax.profiler.trace(trace_dir):
+      jax.block_until_ready(loop(operands, out))
+    events = mxfp8_timeline.device_events(trace_dir)
+  ours = [(name, duration) for name, _, duration in events if "mxfp8_kernels" in name]
+  kernel = ours[0][0].split("<")[0].split("::")[-1] if ours else "none"
+  return kernel, sum(d for _, d in ours) / 1e3 / mxfp8_timeline.CALLS
+
+
+def main(argv):
+  rows = []
+  for tokens in TOKENS:
+    shape = shapes_lib.GroupedGemmShape(f"t{tokens}", tokens, HIDDEN, 1536, EXPERTS)
+    x, sizes = mxfp8_bench._operands(shape, "activation")
+    for op in mxfp8_bench.OPS:
+      fn, operands, moved = mxfp8_bench._call(op, x, sizes, jgg.mxfp8.quantize(x, sizes))
+      kernel, us = kernel_microseconds(fn, operands)
+      rows.append(dict(tokens=tokens, op=op, bytes_moved=moved, kernel=kernel, us=us))
+      print(f"{tokens:6d} tokens {op:17s} {moved / 2**20:7.1f} MB  {kernel:24s} {us:8.2f} us",
+            flush=True)
+  if argv:
+    with open(argv[0], "w") as f:
+      json.dump(dict(device=jax.devices()[0].device_kind,
+                     small=os.environ.get("JGG_MXFP8_SMALL"), rows=rows), f, indent=1)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,378 @@
+// Grouped MXFP8 quantize / dequantize for small calls: a decode step's activations (a few
+// hundred tokens over tens of experts, a few rows per group, 1-4 MB). The persistent kernels
+// (mxfp8_wide_kernels.cuh) spend about 10 us on such a call however few its jobs are: each warp
+// runs a long chain of job fetches, locates, barriers and byte-wise padding stores (about 3,000
+// instructions per warp, ncu, H200, 2026-11-27), where a copy of the same bytes takes 1.8 us.
+//
+// Here one flat launch has no job counter, no persistent CTAs and no copy stages:
+//   - data CTAs: each warp converts one job of the same grid of jobs (mxfp8_jobs.cuh: 32 rows
+//     of one region x 32 lanes of one 16-byte chunk), its rows in batches of 8 loads in flight;
+//     it writes its rows' data and the real scales they own, and nothing else;
+//   - scale CTAs (quantize): each thread owns one 16-byte word of each scale buffer and zeroes
+//     the bytes of it that hold no real scale (128x4 tile padding, the rest of a slot, the
+//     unused tail of the worst-case buffer): one vector store for the usual all-padding word.
+// Every CTA first computes the groups' prefix sums (BuildGroupPrefix) to place its work.
+// The launches are in mxfp8_cuda.cu, the grids and the small-call test in
+// mxfp8_launch_config.cuh. Device code only: tests/test_mxfp8_emulated.py runs it on the CPU.
+#ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_SMALL_KERNELS_CUH_
+#define JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_SMALL_KERNELS_CUH_
+
+#include "xla_plugin/kernels/cuda/mxfp8_wide_kernels.cuh"
+
+namespace jgg::cuda::mxfp8_kernels {
+
+constexpr int kSmallBatch = 8;  // rows whose loads a lane has in flight at once
+
+// Job `index` of the call (a data tile, or none past the real ones).
+__device__ inline TileJob LocateSmallJob(const Grid& grid, const int32_t* group_sizes,
+                                         const GroupPrefix& prefix, int64_t index) {
+  if (RaggedLayout(grid.shape)) return LocateCachedRaggedJob(grid, prefix, index);
+  TileJob job;
+  LocateSlotJob(grid, group_sizes, index, job);
+  return job;
+}
+
+// One lane's 16-byte chunk of a small tile: columns [col0, col0 + chunk) of the region, rows
+// [row0, row0 + 32). The row counts are the warp's (the region's), the columns the lane's.
+struct SmallSpan {
+  int64_t stride;     // elements between rows
+  int64_t base;       // element offset of the chunk in the tile's first row
+  int64_t col0;       // region-relative
+  int64_t data_cols;  // chunk columns holding group data (<= 0: none; < chunk: partly)
+  bool in_capacity;   // the chunk lies inside the region's capacity (whole: cols % chunk == 0)
+  int data_rows, cap_rows;
+};
+
+__device__ inline SmallSpan MakeSmallSpan(const Grid& grid, const TileJob& job, int chunk) {
+  const Region& r = job.region;
+  SmallSpan t;
+  t.stride = grid.shape.cols;
+  const int64_t row0 = job.row_tile * kTileRows;
+  t.col0 = job.col_tile * grid.tile_cols + (threadIdx.x % 32) * chunk;
+  t.base = r.elem_offset + row0 * t.stride + t.col0;
+  t.data_cols = r.cols - t.col0;
+  t.in_capacity = t.col0 < r.cap_cols;
+  t.data_rows = TileRowsBelow(r.rows - row0);
+  t.cap_rows = TileRowsBelow(r.cap_rows - row0);
+  return t;
+}
+
+// Zeroes the packed In elements n.. of a 16-byte chunk (0 < n < its elements).
+template <typename In>
+__device__ inline void KeepLeadingElements(uint32_t (&w)[4], int64_t n) {
+#pragma unroll
+  for (int k = 0; k < 16 / static_cast<int>(sizeof(In)); ++k) {
+    if (k < n) continue;
+    if constexpr (sizeof(In) == 4) {
+      w[k] = 0;
+    } else {
+      w[k / 2] &= k % 2 ? 0x0000FFFFu : 0xFFFF0000u;
+    }
+  }
+}
+
+// --- quantize ---------------------------------------------------------------------------------
+
+// Rows [8b, 8b + 8) of the lane's chunk; 0 outside the group's data.
+template <typename In>
+__device__ inline void LoadSmallBatch(const In* x, const SmallSpan& t, int b,
+                                      uint32_t (&w)[kSmallBatch][4]) {
+#pragma unroll
+  for (int i = 0; i < kSmallBatch; ++i) {
+    const int row = b * kSmallBatch + i;
+    if (row < t.data_rows && t.data_cols > 0) {
+      LoadReadOnlyWords<16>(reinterpret_cast<const uint8_t*>(x + row * t.stride), w[i]);
+      if (t.data_cols < 16 / static_cast<int>(sizeof(In))) KeepLeadingElements<In>(w[i], t.data_cols);
+    } else {
+      w[i][0] = w[i][1] = w[i][2] = w[i][3] = 0;
+    }
+  }
+}
+
+// max(acc, |word|) per packed element, a NaN ignored (as fmaxf ignores it).
+template <typename In>
+__device__ inline uint32_t PackedAbsMax(uint32_t acc, uint32_t word) {
+  if constexpr (sizeof(In) == 4) {
+    return __float_as_uint(fmaxf(__uint_as_float(acc), fabsf(__uint_as_float(word))));
+  } else {
+    return AbsMaxPair<In>(acc, word);
+  }
+}
+
+// One warp's tile: rowwise rows as their batches arrive (the colwise maxima gathered on the
+// way), then the colwise scales and rows, last batch first (still in registers: a tile of at
+// most 8 rows, a decode batch's, is read once).
+template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
+__device__ void QuantizeSmallTile(const Grid& grid, const mxfp8::QuantizeOperands& o,
+                                  bool swizzled, const TileJob& job) {
+  constexpr int kVec = 16 / sizeof(In);
+  constexpr int kOutWords = kVec / 4;
+  constexpr int kLanesPerBlock = kBlockSize / kVec;
+  const Region& r = job.region;
+  const SmallSpan t = MakeSmallSpan(grid, job, kVec);
+  const In* __restrict__ x = static_cast<const In*>(o.x) + t.base;
+  const int batches = (t.cap_rows + kSmallBatch - 1) / kSmallBatch;
+  uint32_t w[kSmallBatch][4];
+  uint32_t col_max[4] = {0, 0, 0, 0};
+
+  for (int b = 0; b < batches; ++b) {
+    LoadSmallBatch<In>(x, t, b, w);
+    if constexpr (kCol) {
+#pragma unroll
+      for (int i = 0; i < kSmallBatch; ++i) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) col_max[k] = PackedAbsMax<In>(col_max[k], w[i][k]);
+      }
+    }
+    if constexpr (kRow) {
+      const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
+      const bool writes_scale = t.data_cols > 0 && threadIdx.x % kLanesPerBlock == 0;
+#pragma unroll
+      for (int i = 0; i < kSmallBatch; i += 2) {
+        const int row = b * kSmallBatch + i;
+        if (row >= t.cap_rows) break;  // the same for the whole warp: shuffles stay whole
+        float amax[2];
+        PairRowAmax<In, kLanesPerBlock, 4>(w[i], w[i + 1], amax);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          if (row + u >= t.cap_rows) continue;
+          const uint8_t e = ScaleExponentOf<kFormat>(amax[u]);
+          if (writes_scale && row + u < t.data_rows) {
+            o.row_scales[r.scale_offset + mxfp8::ScaleIndex(m, false, swizzled,
+                                                            job.row_tile * kTileRows + row + u,
+                                                            t.col0 / kBlockSize)] = e;
+          }
+          if (!t.in_capacity) continue;
+          float factor[kVec];
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
+          uint32_t bytes[kOutWords];
+          QuantizePacked<In, kFormat, kVec>(w[i + u], factor, bytes);
+          StoreWords<kOutWords>(o.row_data + t.base + (row + u) * t.stride, bytes);
+        }
+      }
+    }
+  }
+
+  if constexpr (kCol) {
+    float factor[kVec];
+    uint32_t scale_words[kOutWords];
+#pragma unroll
+    for (int k = 0; k < kOutWords; ++k) scale_words[k] = 0;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const uint8_t e = ScaleExponentOf<kFormat>(PackedValue<In>(col_max, k));
+      scale_words[k / 4] |= static_cast<uint32_t>(e) << (8 * (k % 4));
+      factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
+    }
+    if (t.data_rows > 0 && t.data_cols > 0) {  // the tile's block row holds data
+      const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/true);
+      uint8_t* scales = o.col_scales + r.scale_offset;
+      if (!swizzled && t.data_cols >= kVec) {  // compact: the chunk's scales are contiguous
+        StoreWords<kOutWords>(scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0),
+                              scale_words);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          if (k < t.data_cols) {
+            scales[mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)] =
+                static_cast<uint8_t>(scale_words[k / 4] >> (8 * (k % 4)));
+          }
+        }
+      }
+    }
+    if (!t.in_capacity) return;
+    for (int b = batches - 1; b >= 0; --b) {
+      if (b != batches - 1) LoadSmallBatch<In>(x, t, b, w);
+#pragma unroll
+      for (int i = 0; i < kSmallBatch; ++i) {
+        const int row = b * kSmallBatch + i;
+        if (row >= t.cap_rows) break;
+        uint32_t bytes[kOutWords];
+        QuantizePacked<In, kFormat, kVec>(w[i], factor, bytes);
+        StoreWords<kOutWords>(o.col_data + t.base + row * t.stride, bytes);
+      }
+    }
+  }
+}
+
+// Bit b set: byte b of the 16-byte word at byte `local` (a multiple of 16) of a [rows, cols]
+// group's scale bytes holds one of its real scales (common/mxfp8_layout.h).
+__device__ inline uint32_t RealScaleBytes(int64_t rows, int64_t cols, bool colwise,
+                                          bool swizzled, int64_t local) {
+  if (rows <= 0 || cols <= 0 || local >= mxfp8::GroupScaleBytes(rows, cols)) return 0;
+  const ScaleMatrix m = mxfp8::GroupScaleMatrix(rows, cols, colwise);
+  uint32_t real = 0;
+  if (swizzled) {  // SwizzledIndex inverted; colwise scales are the transposed matrix
+    const int64_t real_rows = colwise ? m.cols : m.rows, real_cols = colwise ? m.rows : m.cols;
+    const int64_t tiles_per_band = (colwise ? m.padded_rows : m.padded_cols) / 4;
+    const int64_t tile = local / mxfp8::kScaleTileBytes;
+    const int64_t band = DivFast(tile, tiles_per_band);
+    const int64_t row0 = band * 128 + (local % mxfp8::kScaleTileBytes) / 16;
+    const int64_t col0 = (tile - band * tiles_per_band) * 4;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (row0 + 32 * q < real_rows && col0 + c < real_cols) real |= 1u << (4 * q + c);
+      }
+    }
+    return real;
+  }
+  int64_t i = DivFast(local, m.padded_cols), j = local - i * m.padded_cols;
+  if (i >= m.rows) return 0;  // a padding row (most words)
+  for (int b = 0; b < 16; ++b) {
+    if (i < m.rows && j < m.cols) real |= 1u << b;
+    if (++j == m.padded_cols) {
+      j = 0;
+      ++i;
+    }
+  }
+  return real;
+}
+
+// Zeroes the bytes of scale word `word` (bytes [16 word, 16 word + 16) of each requested
+// buffer) that hold no real scale; the data warps write the others.
+__device__ inline void ZeroScalePaddingWord(const Grid& grid, const int32_t* group_sizes,
+                                            const GroupPrefix& prefix, int64_t word,
+                                            uint8_t* row_scales, uint8_t* col_scales,
+                                            bool swizzled) {
+  const int64_t offset = 16 * word;
+  if (offset >= grid.scale_bytes) return;
+  const GroupedShape& s = grid.shape;
+  int64_t rows = 0, cols = 0, local = 0;  // the owning group (none: 0 x 0)
+  if (RaggedLayout(s)) {
+    const int64_t groups = s.num_groups;
+    if (groups > 0 && offset < prefix.bytes_end[groups - 1]) {
+      int64_t lo = 0, hi = groups - 1;  // the first group whose bytes end past the word
+      while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (prefix.bytes_end[mid] > offset) hi = mid; else lo = mid + 1;
+      }
+      const int64_t extent = mxfp8::RaggedExtent(s);
+      const int64_t begin = MinI64(extent, lo > 0 ? prefix.size_end[lo - 1] : 0);
+      const Region r = mxfp8::RaggedRegion(s, begin, MinI64(extent, prefix.size_end[lo]), 0,
+                                           /*is_group=*/true);
+      rows = r.rows;
+      cols = r.cols;
+      local = offset - (lo > 0 ? prefix.bytes_end[lo - 1] : 0);
+    }
+  } else {
+    const int64_t slot_bytes = mxfp8::GroupScaleBytes(s.rows, s.cols);
+    const int64_t slot = DivFast(offset, slot_bytes);
+    const Region r = mxfp8::SlotRegion(s, group_sizes, slot);
+    rows = r.rows;
+    cols = r.cols;
+    local = offset - slot * slot_bytes;
+  }
+  uint8_t* buffers[2] = {row_scales, col_scales};
+#pragma unroll
+  for (int colwise = 0; colwise < 2; ++colwise) {
+    uint8_t* p = buffers[colwise];
+    if (p == nullptr) continue;
+    p += offset;
+    const uint32_t real = RealScaleBytes(rows, cols, colwise != 0, swizzled, local);
+    if (real == 0) {
+      *reinterpret_cast<uint4*>(p) = make_uint4(0, 0, 0, 0);
+    } else {
+      for (int b = 0; b < 16; ++b) {
+        if (!(real >> b & 1u)) p[b] = 0;
+      }
+    }
+  }
+}
+
+template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
+__global__ void __launch_bounds__(kSmallThreads)
+    QuantizeSmallKernel(Grid grid, mxfp8::QuantizeOperands o, bool swizzled) {
+  __shared__ GroupPrefix prefix;
+  if (RaggedLayout(grid.shape)) BuildGroupPrefix(grid, o.group_sizes, prefix);
+  const int64_t data_ctas = SmallDataCtas(grid);
+  const int64_t cta = blockIdx.x;
+  if (cta >= data_ctas) {
+    ZeroScalePaddingWord(grid, o.group_sizes, prefix, (cta - data_ctas) * kSmallThreads + threadIdx.x,
+                         o.row_scales, o.col_scales, swizzled);
+    return;
+  }
+  const int64_t index = cta * kSmallWarps + threadIdx.x / 32;  // the same for the whole warp
+  if (index >= grid.data_tiles) return;
+  const TileJob job = LocateSmallJob(grid, o.group_sizes, prefix, index);
+  if (job.has_tile) QuantizeSmallTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
+}
+
+// --- dequantize -------------------------------------------------------------------------------
+
+// kVec: fp8 codes per lane and row (16, or 8 where the columns are not whole 16-byte chunks).
+template <typename Out, Fp8Format kFormat, int kVec>
+__device__ void DequantizeSmallTile(const Grid& grid, const mxfp8::DequantizeOperands& o,
+                                    bool colwise, bool swizzled, const TileJob& job) {
+  constexpr int kOutWords = kVec * sizeof(Out) / 4;
+  const Region& r = job.region;
+  const SmallSpan t = MakeSmallSpan(grid, job, kVec);
+  if (!t.in_capacity) return;  // no shuffles below
+  const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, colwise);
+  const uint8_t* __restrict__ scales = o.scales + r.scale_offset;
+  const int64_t row0 = job.row_tile * kTileRows;
+
+  ColumnScales<Out, kFormat, kVec> cols;
+  if (colwise && t.data_rows > 0 && t.data_cols > 0) {
+    if (!swizzled && t.data_cols >= kVec) {
+      LoadReadOnlyWords<kVec>(scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0),
+                              cols.e_words);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        if (k < t.data_cols) {
+          cols.Set(k, __ldg(scales + mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)));
+        }
+      }
+    }
+  }
+  cols.Finish();
+
+  Out* __restrict__ out = static_cast<Out*>(o.out) + t.base;
+  const int batches = (t.cap_rows + kSmallBatch - 1) / kSmallBatch;
+  for (int b = 0; b < batches; ++b) {
+    uint32_t codes[kSmallBatch][kVec / 4];
+    uint8_t e_row[kSmallBatch];
+#pragma unroll
+    for (int i = 0; i < kSmallBatch; ++i) {
+      const int row = b * kSmallBatch + i;
+      e_row[i] = 0;
+      if (row < t.data_rows && t.data_cols > 0) {
+        LoadReadOnlyWords<kVec>(o.data + t.base + row * t.stride, codes[i]);
+        if (!colwise) {
+          e_row[i] = __ldg(scales + mxfp8::ScaleIndex(m, false, swizzled, row0 + row,
+                                                      t.col0 / kBlockSize));
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec / 4; ++k) codes[i][k] = 0;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kSmallBatch; ++i) {
+      const int row = b * kSmallBatch + i;
+      if (row >= t.cap_rows) break;
+      uint32_t words[kOutWords];
+      DequantizeTileRow<Out, kFormat, kVec>(codes[i], colwise, cols, e_row[i],
+                                            row < t.data_rows ? t.data_cols : 0, words);
+      StoreWords<kOutWords>(out + row * t.stride, words);
+    }
+  }
+}
+
+template <typename Out, Fp8Format kFormat, int kVec>
+__global__ void __launch_bounds__(kSmallThreads)
+    DequantizeSmallKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
+  __shared__ GroupPrefix prefix;
+  if (RaggedLayout(grid.shape)) BuildGroupPrefix(grid, o.group_sizes, prefix);
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * kSmallWarps + threadIdx.x / 32;
+  if (index >= grid.data_tiles) return;
+  const TileJob job = LocateSmallJob(grid, o.group_sizes, prefix, index);
+  if (job.has_tile) DequantizeSmallTile<Out, kFormat, kVec>(grid, o, colwise, swizzled, job);
+}
+
+}  // namespace jgg::cuda::mxfp8_kernels
+
+#endif  // JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_SMALL_KERNELS_CUH_
