@@ -68,7 +68,7 @@ bool WideAllowed() {
 // output) take the small kernels where they serve. JGG_MXFP8_SMALL=0 keeps every call on the
 // persistent kernels, =1 sends every call they serve to them (measurements of both in one
 // process).
-constexpr int64_t kSmallCallBytes = int64_t{8} << 20;
+constexpr int64_t kSmallCallBytes = int64_t{4} << 20;
 
 bool TakesSmallKernels(const GroupedShape& s, int elem_bytes) {
   static const int forced = [] {

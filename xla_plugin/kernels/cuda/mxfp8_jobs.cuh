@@ -67,10 +67,13 @@ struct Grid {
 constexpr int kJobsPerLocate = 16;
 
 // Small launches (mxfp8_small_kernels.cuh): one job per warp, no job counter. CTAs
-// [0, SmallDataCtas) convert the data tiles; quantize's further CTAs zero scale words, one
-// 16-byte word of each scale buffer per thread.
+// [0, SmallDataCtas) convert the data tiles; quantize's further CTAs zero scale words,
+// kSmallScaleWordsPerThread 16-byte words of each scale buffer per thread. Built for
+// kMinCtasPerSm CTAs per SM (<= 128 registers; unbounded, ptxas took 139-191 and a decode
+// batch's CTAs ran in two or three waves).
 constexpr int kSmallThreads = kMaxThreads;  // BlockInclusiveSums's width
 constexpr int kSmallWarps = kSmallThreads / 32;
+constexpr int kSmallScaleWordsPerThread = 4;
 __host__ __device__ inline int64_t SmallDataCtas(const Grid& grid) {
   return CeilDiv(grid.data_tiles, kSmallWarps);
 }

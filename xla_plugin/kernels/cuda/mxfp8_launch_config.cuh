@@ -112,13 +112,15 @@ inline bool SmallTiles(const GroupedShape& s, int chunk_elements, bool aligned) 
 }
 
 // The small launch of a call in chunks of `chunk_elements`: its data tiles (32 rows x 32 lanes'
-// chunks), one per warp, then, for quantize, one thread per 16-byte word of the scale buffers.
+// chunks), one per warp, then, for quantize, the CTAs that zero the scale buffers' padding.
 inline Grid SmallGrid(const GroupedShape& s, int chunk_elements, bool scale_words) {
   Grid grid = MakeGrid(s, 32 * static_cast<int64_t>(chunk_elements), kSmallThreads,
                        /*wide=*/false, /*aligned=*/true);
   grid.jobs = grid.data_tiles;
   grid.ctas = SmallDataCtas(grid) +
-              (scale_words ? CeilDiv(CeilDiv(grid.scale_bytes, 16), kSmallThreads) : 0);
+              (scale_words ? CeilDiv(CeilDiv(grid.scale_bytes, 16),
+                                     kSmallThreads * kSmallScaleWordsPerThread)
+                           : 0);
   return grid;
 }
 

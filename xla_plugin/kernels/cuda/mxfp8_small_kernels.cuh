@@ -8,8 +8,8 @@
 //   - data CTAs: each warp converts one job of the same grid of jobs (mxfp8_jobs.cuh: 32 rows
 //     of one region x 32 lanes of one 16-byte chunk), its rows in batches of 8 loads in flight;
 //     it writes its rows' data and the real scales they own, and nothing else;
-//   - scale CTAs (quantize): each thread owns one 16-byte word of each scale buffer and zeroes
-//     the bytes of it that hold no real scale (128x4 tile padding, the rest of a slot, the
+//   - scale CTAs (quantize): each thread owns a few 16-byte words of each scale buffer and
+//     zeroes the bytes of them that hold no real scale (128x4 tile padding, the rest of a slot, the
 //     unused tail of the worst-case buffer): one vector store for the usual all-padding word.
 // Every CTA first computes the groups' prefix sums (BuildGroupPrefix) to place its work.
 // The launches are in mxfp8_cuda.cu, the grids and the small-call test in
@@ -283,15 +283,19 @@ __device__ inline void ZeroScalePaddingWord(const Grid& grid, const int32_t* gro
 }
 
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
-__global__ void __launch_bounds__(kSmallThreads)
+__global__ void __launch_bounds__(kSmallThreads, kMinCtasPerSm)
     QuantizeSmallKernel(Grid grid, mxfp8::QuantizeOperands o, bool swizzled) {
   __shared__ GroupPrefix prefix;
   if (RaggedLayout(grid.shape)) BuildGroupPrefix(grid, o.group_sizes, prefix);
   const int64_t data_ctas = SmallDataCtas(grid);
   const int64_t cta = blockIdx.x;
   if (cta >= data_ctas) {
-    ZeroScalePaddingWord(grid, o.group_sizes, prefix, (cta - data_ctas) * kSmallThreads + threadIdx.x,
-                         o.row_scales, o.col_scales, swizzled);
+    const int64_t first = (cta - data_ctas) * kSmallThreads * kSmallScaleWordsPerThread;
+#pragma unroll
+    for (int k = 0; k < kSmallScaleWordsPerThread; ++k) {
+      ZeroScalePaddingWord(grid, o.group_sizes, prefix, first + k * kSmallThreads + threadIdx.x,
+                           o.row_scales, o.col_scales, swizzled);
+    }
     return;
   }
   const int64_t index = cta * kSmallWarps + threadIdx.x / 32;  // the same for the whole warp
@@ -363,7 +367,7 @@ __device__ void DequantizeSmallTile(const Grid& grid, const mxfp8::DequantizeOpe
 }
 
 template <typename Out, Fp8Format kFormat, int kVec>
-__global__ void __launch_bounds__(kSmallThreads)
+__global__ void __launch_bounds__(kSmallThreads, kMinCtasPerSm)
     DequantizeSmallKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
   __shared__ GroupPrefix prefix;
   if (RaggedLayout(grid.shape)) BuildGroupPrefix(grid, o.group_sizes, prefix);
