@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (the device tool), from the repository root, with the native module
-# built here and carried over: the MXFP8 tests on the GPU, compute-sanitizer memcheck over the
+# built here and carried over: the MXFP8 tests on the GPU (again on the persistent kernels
+# alone: JGG_MXFP8_SMALL=0), compute-sanitizer memcheck over the
 # CUDA-vs-CPU byte-for-byte cases (ragged edge sizes, odd columns, every layout, many groups),
 # then the quantize / dequantize bandwidth benchmark on GPU 0.
-#   tools/device/mxfp8_gpu_check.sh [tests|memcheck|bench ...]   (default: all three)
+#   tools/device/mxfp8_gpu_check.sh [tests|persistent|memcheck|bench ...]   (default: all four)
 # Logs under $OUT (or /tmp/jgg-gpu); exits non-zero if any step failed.
 set -uo pipefail
 out="${OUT:-/tmp/jgg-gpu}"
@@ -11,7 +12,7 @@ mkdir -p "$out"
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 steps=("$@")
-[[ ${#steps[@]} -gt 0 ]] || steps=(tests memcheck bench)
+[[ ${#steps[@]} -gt 0 ]] || steps=(tests persistent memcheck bench)
 status=0
 
 for step in "${steps[@]}"; do
@@ -19,6 +20,12 @@ for step in "${steps[@]}"; do
   case $step in
     tests)
       python3 -m pytest -q -p no:cacheprovider tests/test_mxfp8*.py 2>&1 | tee "$out/mxfp8_tests.log"
+      ;;
+    persistent)
+      # Most test calls are small (<= 4 MB), which take the small kernels: run the CUDA-vs-CPU
+      # tests again on the persistent (wide / strip) kernels.
+      JGG_MXFP8_SMALL=0 python3 -m pytest -q -p no:cacheprovider tests/test_mxfp8_cuda.py \
+        tests/test_mxfp8_fused.py 2>&1 | tee "$out/mxfp8_tests_persistent.log"
       ;;
     memcheck)
       # --error-exitcode makes a reported access error fail the step even if pytest passes.
