@@ -176,6 +176,12 @@ CASES = {
     # Groups of a few rows (a decode batch's experts) across several column tiles, and 8 rows
     # past the groups.
     "varying_first_few_rows": ("varying_first", (48, 2048), "bfloat16", [3, 8, 0, 9, 1, 5, 6, 8]),
+    # Sizes past the extent (clamped: the running sums stop at the rows), within one lane's
+    # groups and across the lanes of the small kernels' warp scans (40 groups, 2 per lane).
+    "varying_first_clamped": ("varying_first", (100, 512), "bfloat16",
+                              [30, -5, 2**31 - 1, 7, 50]),
+    "varying_first_clamped_lanes": ("varying_first", (300, 256), "float16",
+                                    np.random.default_rng(2).integers(-3, 40, size=40)),
     # 768 columns: dequantize in 256-column tiles of 8-byte chunks (512-column tiles would
     # leave a third of the lanes idle); 256 columns (dense_vector) take them too.
     "dense_768": ("dense", (40, 768), "bfloat16", None),

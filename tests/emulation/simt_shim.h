@@ -3,7 +3,8 @@
 // shuffles are barriers at which a fiber yields until every live thread of its block (or warp)
 // has arrived, and a pass with no progress aborts as a deadlock. __shared__ variables are
 // statics (one CTA lives at a time). Covers what kernels written in this style use:
-// threadIdx/blockIdx/blockDim, __syncthreads, __shfl_{xor,up}_sync over full warps, __ldg,
+// threadIdx/blockIdx/blockDim, __syncthreads, __shfl_{xor,up,}_sync and __ballot_sync over
+// full warps, __ffs, __ldg,
 // __stcs (a plain store), and
 // the fp8/fp16/bf16 conversion intrinsics (their host paths: NVIDIA's software reference of
 // the instructions).
@@ -178,6 +179,20 @@ template <typename T>
 T __shfl_up_sync(unsigned, T value, int delta) {
   return ShuffleFrom(value, [delta](unsigned lane) { return lane >= unsigned(delta) ? lane - delta : lane; });
 }
+
+template <typename T>
+T __shfl_sync(unsigned, T value, int source) {
+  return ShuffleFrom(value, [source](unsigned) { return static_cast<unsigned>(source) & 31u; });
+}
+inline unsigned __ballot_sync(unsigned, int predicate) {
+  unsigned mask = 0;
+  for (unsigned from = 0; from < 32; ++from) {  // each lane's predicate, by shuffle
+    mask |= static_cast<unsigned>(ShuffleFrom(predicate != 0 ? 1 : 0, [from](unsigned) { return from; }))
+            << from;
+  }
+  return mask;
+}
+inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
 
 template <typename T>
 T __ldg(const T* p) { return *p; }

@@ -104,11 +104,14 @@ inline bool DequantizeAligned(const mxfp8::DequantizeOperands& o) {
 
 // Small tiles (mxfp8_small_kernels.cuh) serve calls whose rows are whole chunks at aligned
 // addresses, all layouts but varying-last (its groups start at any column), ragged calls of at
-// most kCachedGroups groups (the prefix sums every CTA keeps). Which calls that they serve take
-// them is the launcher's choice (mxfp8_cuda.cu: the small ones).
+// most kCachedGroups groups (16 per lane of a warp's scan), and elements and scale bytes below
+// 2^31 (the warps' 32-bit sums). Which calls that they serve take them is the launcher's
+// choice (mxfp8_cuda.cu: the small ones).
 inline bool SmallTiles(const GroupedShape& s, int chunk_elements, bool aligned) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
   return aligned && s.layout != GroupedLayout::kVaryingLast && s.cols % chunk_elements == 0 &&
-         (!RaggedLayout(s) || s.num_groups <= kCachedGroups);
+         (!RaggedLayout(s) || s.num_groups <= kCachedGroups) &&
+         mxfp8::DataElements(s) < kLimit && mxfp8::ScaleBufferBytes(s) < kLimit;
 }
 
 // The small launch of a call in chunks of `chunk_elements`: its data tiles (32 rows x 32 lanes'

@@ -11,7 +11,8 @@
 //   - scale CTAs (quantize): each thread owns a few 16-byte words of each scale buffer and
 //     zeroes the bytes of them that hold no real scale (128x4 tile padding, the rest of a slot, the
 //     unused tail of the worst-case buffer): one vector store for the usual all-padding word.
-// Every CTA first computes the groups' prefix sums (BuildGroupPrefix) to place its work.
+// Ragged calls place their work by the groups' prefix sums, which each warp computes itself
+// in 32-bit with warp shuffles (WarpGroups): no shared memory and no CTA barrier.
 // The launches are in mxfp8_cuda.cu, the grids and the small-call test in
 // mxfp8_launch_config.cuh. Device code only: tests/test_mxfp8_emulated.py runs it on the CPU.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_SMALL_KERNELS_CUH_
@@ -23,12 +24,144 @@ namespace jgg::cuda::mxfp8_kernels {
 
 constexpr int kSmallBatch = 8;  // rows whose loads a lane has in flight at once
 
-// Job `index` of the call (a data tile, or none past the real ones).
+// --- the groups of a ragged call, as one warp sees them ----------------------------------------
+// The persistent kernels' prefix sums (BuildGroupPrefix: two block-wide scans of 64-bit values,
+// four barriers) led a small call's chain of instructions. Here each warp scans the group sizes
+// itself, in 32 bits (SmallTiles keeps a small call's extents, tiles and scale bytes below
+// 2^31): lane l holds groups [l * per_lane, (l + 1) * per_lane). Small ragged calls are
+// varying-first (the small tiles do not serve varying-last): groups are row ranges.
+constexpr int kSmallGroupsPerLane = kCachedGroups / 32;
+
+// min(limit, a + b) for 0 <= a, b <= limit: the clamping rule's running sums, which stop at the
+// ragged extent (associative, so a warp scan of it is exact).
+__device__ inline int32_t SaturatingAdd(int32_t a, int32_t b, int32_t limit) {
+  return b > limit - a ? limit : a + b;
+}
+
+// Exclusive prefix of v over the warp's lanes under `op`; `total` receives the whole sum.
+template <typename Op>
+__device__ inline int32_t WarpExclusiveScan(int32_t v, Op op, int32_t& total) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t up = __shfl_up_sync(0xFFFFFFFFu, v, d);
+    if (lane >= d) v = op(up, v);
+  }
+  total = __shfl_sync(0xFFFFFFFFu, v, 31);
+  const int32_t before = __shfl_up_sync(0xFFFFFFFFu, v, 1);
+  return lane == 0 ? 0 : before;
+}
+
+// A group starting at row `begin` with clamped size `size`: its rows (clamped to the extent),
+// 32-row segments (row tiles) and scale bytes.
+struct GroupSpan {
+  int32_t rows, segments, bytes;
+};
+
+__device__ inline GroupSpan SpanOf(const GroupedShape& s, int32_t begin, int32_t size) {
+  const int32_t rows = SaturatingAdd(begin, size, static_cast<int32_t>(s.rows)) - begin;
+  return {rows, (rows + kTileRows - 1) / kTileRows,
+          static_cast<int32_t>(mxfp8::GroupScaleBytes(rows, s.cols))};
+}
+
+struct WarpGroups {
+  int32_t size[kSmallGroupsPerLane];  // this lane's groups, clamped to the extent
+  int per_lane;
+  int32_t rows_before, segments_before, bytes_before;  // over the earlier lanes' groups
+  int32_t rows_total, segments_total, bytes_total;     // over all groups
+};
+
+// Every lane of the warp calls.
+__device__ inline WarpGroups ScanWarpGroups(const GroupedShape& s, const int32_t* group_sizes) {
+  WarpGroups w;
+  const int32_t extent = static_cast<int32_t>(s.rows);
+  w.per_lane = static_cast<int>((s.num_groups + 31) / 32);
+  const int64_t first = static_cast<int64_t>(threadIdx.x % 32) * w.per_lane;
+  int32_t rows = 0;
+#pragma unroll
+  for (int u = 0; u < kSmallGroupsPerLane; ++u) {
+    const int64_t g = first + u;
+    w.size[u] = u < w.per_lane && g < s.num_groups
+                    ? static_cast<int32_t>(mxfp8::ClampSize(__ldg(group_sizes + g), extent))
+                    : 0;
+    rows = SaturatingAdd(rows, w.size[u], extent);
+  }
+  const auto clamped = [extent](int32_t a, int32_t b) { return SaturatingAdd(a, b, extent); };
+  const auto plus = [](int32_t a, int32_t b) { return a + b; };
+  w.rows_before = WarpExclusiveScan(rows, clamped, w.rows_total);
+  int32_t begin = w.rows_before, segments = 0, bytes = 0;
+#pragma unroll
+  for (int u = 0; u < kSmallGroupsPerLane; ++u) {
+    if (u >= w.per_lane) break;  // the same for every lane
+    const GroupSpan g = SpanOf(s, begin, w.size[u]);
+    begin += g.rows;
+    segments += g.segments;
+    bytes += g.bytes;
+  }
+  w.segments_before = WarpExclusiveScan(segments, plus, w.segments_total);
+  w.bytes_before = WarpExclusiveScan(bytes, plus, w.bytes_total);
+  return w;
+}
+
+// The group holding segment `key` (by_bytes false) or scale byte `key` (true): its first row,
+// rows and scale offset, and key's offset inside it (found false: no group holds it). The
+// same `key` on every lane of the warp, which all call and all get the answer.
+struct FoundGroup {
+  int32_t begin, rows, scale_offset, offset;
+  bool found;
+};
+
+__device__ inline FoundGroup FindWarpGroup(const GroupedShape& s, const WarpGroups& w,
+                                           int32_t key, bool by_bytes) {
+  FoundGroup mine{0, 0, 0, 0, false};
+  int32_t begin = w.rows_before, segments = w.segments_before, bytes = w.bytes_before;
+#pragma unroll
+  for (int u = 0; u < kSmallGroupsPerLane; ++u) {
+    if (u >= w.per_lane) break;
+    const GroupSpan g = SpanOf(s, begin, w.size[u]);
+    const int32_t lo = by_bytes ? bytes : segments;
+    const int32_t hi = lo + (by_bytes ? g.bytes : g.segments);
+    if (!mine.found && key >= lo && key < hi) mine = {begin, g.rows, bytes, key - lo, true};
+    begin += g.rows;
+    segments += g.segments;
+    bytes += g.bytes;
+  }
+  const unsigned owners = __ballot_sync(0xFFFFFFFFu, mine.found);
+  if (owners == 0) return mine;
+  const int owner = __ffs(owners) - 1;
+  return {__shfl_sync(0xFFFFFFFFu, mine.begin, owner), __shfl_sync(0xFFFFFFFFu, mine.rows, owner),
+          __shfl_sync(0xFFFFFFFFu, mine.scale_offset, owner),
+          __shfl_sync(0xFFFFFFFFu, mine.offset, owner), true};
+}
+
+// Job `index` of the call (a data tile, or none past the real ones): 32-row segment
+// index / col_tiles, column tile index % col_tiles, in group order, then the tail's segments.
+// Every lane of the warp calls with the same index.
 __device__ inline TileJob LocateSmallJob(const Grid& grid, const int32_t* group_sizes,
-                                         const GroupPrefix& prefix, int64_t index) {
-  if (RaggedLayout(grid.shape)) return LocateCachedRaggedJob(grid, prefix, index);
+                                         const WarpGroups& groups, int64_t index) {
   TileJob job;
-  LocateSlotJob(grid, group_sizes, index, job);
+  const GroupedShape& s = grid.shape;
+  if (!RaggedLayout(s)) {
+    LocateSlotJob(grid, group_sizes, index, job);
+    return job;
+  }
+  ClearJob(job);
+  const int32_t col_tiles = static_cast<int32_t>(CeilDivFast(s.cols, grid.tile_cols));
+  const int32_t segment = static_cast<int32_t>(DivFast(index, col_tiles));
+  const int32_t col_tile = static_cast<int32_t>(index) - segment * col_tiles;
+  const FoundGroup g = FindWarpGroup(s, groups, segment, /*by_bytes=*/false);
+  int32_t row_tile = g.offset;
+  if (g.found) {
+    job.region = mxfp8::RaggedRegion(s, g.begin, g.begin + g.rows, g.scale_offset, true);
+  } else {
+    row_tile = segment - groups.segments_total;
+    const int32_t tail_rows = static_cast<int32_t>(s.rows) - groups.rows_total;
+    if (row_tile >= (tail_rows + kTileRows - 1) / kTileRows) return job;
+    job.region = mxfp8::RaggedRegion(s, groups.rows_total, s.rows, groups.bytes_total, false);
+  }
+  job.row_tile = row_tile;
+  job.col_tile = col_tile;
+  job.has_tile = true;
   return job;
 }
 
@@ -231,40 +364,11 @@ __device__ inline uint32_t RealScaleBytes(int64_t rows, int64_t cols, bool colwi
   return real;
 }
 
-// Zeroes the bytes of scale word `word` (bytes [16 word, 16 word + 16) of each requested
-// buffer) that hold no real scale; the data warps write the others.
-__device__ inline void ZeroScalePaddingWord(const Grid& grid, const int32_t* group_sizes,
-                                            const GroupPrefix& prefix, int64_t word,
-                                            uint8_t* row_scales, uint8_t* col_scales,
-                                            bool swizzled) {
-  const int64_t offset = 16 * word;
-  if (offset >= grid.scale_bytes) return;
-  const GroupedShape& s = grid.shape;
-  int64_t rows = 0, cols = 0, local = 0;  // the owning group (none: 0 x 0)
-  if (RaggedLayout(s)) {
-    const int64_t groups = s.num_groups;
-    if (groups > 0 && offset < prefix.bytes_end[groups - 1]) {
-      int64_t lo = 0, hi = groups - 1;  // the first group whose bytes end past the word
-      while (lo < hi) {
-        const int64_t mid = (lo + hi) / 2;
-        if (prefix.bytes_end[mid] > offset) hi = mid; else lo = mid + 1;
-      }
-      const int64_t extent = mxfp8::RaggedExtent(s);
-      const int64_t begin = MinI64(extent, lo > 0 ? prefix.size_end[lo - 1] : 0);
-      const Region r = mxfp8::RaggedRegion(s, begin, MinI64(extent, prefix.size_end[lo]), 0,
-                                           /*is_group=*/true);
-      rows = r.rows;
-      cols = r.cols;
-      local = offset - (lo > 0 ? prefix.bytes_end[lo - 1] : 0);
-    }
-  } else {
-    const int64_t slot_bytes = mxfp8::GroupScaleBytes(s.rows, s.cols);
-    const int64_t slot = DivFast(offset, slot_bytes);
-    const Region r = mxfp8::SlotRegion(s, group_sizes, slot);
-    rows = r.rows;
-    cols = r.cols;
-    local = offset - slot * slot_bytes;
-  }
+// Zeroes the bytes of the 16-byte word at byte `offset` of each requested scale buffer that
+// hold no real scale; the data warps write the others. The word is byte `local` of the scales
+// of a [rows, cols] group (0 x 0: of no group).
+__device__ inline void ZeroScalePadding(uint8_t* row_scales, uint8_t* col_scales, int64_t offset,
+                                        int64_t rows, int64_t cols, int64_t local, bool swizzled) {
   uint8_t* buffers[2] = {row_scales, col_scales};
 #pragma unroll
   for (int colwise = 0; colwise < 2; ++colwise) {
@@ -282,25 +386,53 @@ __device__ inline void ZeroScalePaddingWord(const Grid& grid, const int32_t* gro
   }
 }
 
+// A scale CTA's words: at step k, warp w's lanes take the 32 words (one 512-byte scale tile,
+// so within one group: groups' scale bytes are whole tiles) from
+// 512 (k * kSmallWarps + w) bytes past the CTA's first. Every lane of the warp calls.
+__device__ inline void ZeroSmallScaleWords(const Grid& grid, const mxfp8::QuantizeOperands& o,
+                                           const WarpGroups& groups, int64_t cta,
+                                           bool swizzled) {
+  const GroupedShape& s = grid.shape;
+  const int lane = threadIdx.x % 32;
+  const int64_t cta_first = cta * kSmallThreads * kSmallScaleWordsPerThread * 16;
+#pragma unroll
+  for (int k = 0; k < kSmallScaleWordsPerThread; ++k) {
+    const int64_t tile = cta_first + 16 * (k * kSmallThreads + (threadIdx.x - lane));
+    if (tile >= grid.scale_bytes) return;  // the same for the whole warp
+    int64_t rows = 0, cols = 0, local = 16 * lane;
+    if (RaggedLayout(s)) {
+      const FoundGroup g = FindWarpGroup(s, groups, static_cast<int32_t>(tile), /*by_bytes=*/true);
+      if (g.found) {
+        rows = g.rows;
+        cols = s.cols;
+        local += g.offset;
+      }
+    } else {
+      const int64_t slot_bytes = mxfp8::GroupScaleBytes(s.rows, s.cols);
+      const int64_t slot = DivFast(tile, slot_bytes);
+      const Region r = mxfp8::SlotRegion(s, o.group_sizes, slot);
+      rows = r.rows;
+      cols = r.cols;
+      local += tile - slot * slot_bytes;
+    }
+    ZeroScalePadding(o.row_scales, o.col_scales, tile + 16 * lane, rows, cols, local, swizzled);
+  }
+}
+
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
 __global__ void __launch_bounds__(kSmallThreads, kMinCtasPerSm)
     QuantizeSmallKernel(Grid grid, mxfp8::QuantizeOperands o, bool swizzled) {
-  __shared__ GroupPrefix prefix;
-  if (RaggedLayout(grid.shape)) BuildGroupPrefix(grid, o.group_sizes, prefix);
+  WarpGroups groups;
+  if (RaggedLayout(grid.shape)) groups = ScanWarpGroups(grid.shape, o.group_sizes);
   const int64_t data_ctas = SmallDataCtas(grid);
   const int64_t cta = blockIdx.x;
   if (cta >= data_ctas) {
-    const int64_t first = (cta - data_ctas) * kSmallThreads * kSmallScaleWordsPerThread;
-#pragma unroll
-    for (int k = 0; k < kSmallScaleWordsPerThread; ++k) {
-      ZeroScalePaddingWord(grid, o.group_sizes, prefix, first + k * kSmallThreads + threadIdx.x,
-                           o.row_scales, o.col_scales, swizzled);
-    }
+    ZeroSmallScaleWords(grid, o, groups, cta - data_ctas, swizzled);
     return;
   }
   const int64_t index = cta * kSmallWarps + threadIdx.x / 32;  // the same for the whole warp
   if (index >= grid.data_tiles) return;
-  const TileJob job = LocateSmallJob(grid, o.group_sizes, prefix, index);
+  const TileJob job = LocateSmallJob(grid, o.group_sizes, groups, index);
   if (job.has_tile) QuantizeSmallTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
 }
 
@@ -369,11 +501,11 @@ __device__ void DequantizeSmallTile(const Grid& grid, const mxfp8::DequantizeOpe
 template <typename Out, Fp8Format kFormat, int kVec>
 __global__ void __launch_bounds__(kSmallThreads, kMinCtasPerSm)
     DequantizeSmallKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
-  __shared__ GroupPrefix prefix;
-  if (RaggedLayout(grid.shape)) BuildGroupPrefix(grid, o.group_sizes, prefix);
+  WarpGroups groups;
+  if (RaggedLayout(grid.shape)) groups = ScanWarpGroups(grid.shape, o.group_sizes);
   const int64_t index = static_cast<int64_t>(blockIdx.x) * kSmallWarps + threadIdx.x / 32;
   if (index >= grid.data_tiles) return;
-  const TileJob job = LocateSmallJob(grid, o.group_sizes, prefix, index);
+  const TileJob job = LocateSmallJob(grid, o.group_sizes, groups, index);
   if (job.has_tile) DequantizeSmallTile<Out, kFormat, kVec>(grid, o, colwise, swizzled, job);
 }
 
