@@ -288,31 +288,15 @@ __device__ void QuantizeSmallTile(const Grid& grid, const mxfp8::QuantizeOperand
   }
 
   if constexpr (kCol) {
-    float factor[kVec];
+    float maxima[kVec], factor[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) maxima[k] = PackedValue<In>(col_max, k);
     uint32_t scale_words[kOutWords];
-#pragma unroll
-    for (int k = 0; k < kOutWords; ++k) scale_words[k] = 0;
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const uint8_t e = ScaleExponentOf<kFormat>(PackedValue<In>(col_max, k));
-      scale_words[k / 4] |= static_cast<uint32_t>(e) << (8 * (k % 4));
-      factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
-    }
+    ColumnScaleBytes<kFormat, kVec>(maxima, scale_words, factor);
     if (t.data_rows > 0 && t.data_cols > 0) {  // the tile's block row holds data
-      const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/true);
-      uint8_t* scales = o.col_scales + r.scale_offset;
-      if (!swizzled && t.data_cols >= kVec) {  // compact: the chunk's scales are contiguous
-        StoreWords<kOutWords>(scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0),
-                              scale_words);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          if (k < t.data_cols) {
-            scales[mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)] =
-                static_cast<uint8_t>(scale_words[k / 4] >> (8 * (k % 4)));
-          }
-        }
-      }
+      StoreChunkColumnScales<kVec>(o.col_scales + r.scale_offset,
+                                   mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/true),
+                                   swizzled, job.row_tile, t.col0, t.data_cols, scale_words);
     }
     if (!t.in_capacity) return;
     for (int b = batches - 1; b >= 0; --b) {
@@ -450,21 +434,9 @@ __device__ void DequantizeSmallTile(const Grid& grid, const mxfp8::DequantizeOpe
   const uint8_t* __restrict__ scales = o.scales + r.scale_offset;
   const int64_t row0 = job.row_tile * kTileRows;
 
-  ColumnScales<Out, kFormat, kVec> cols;
-  if (colwise && t.data_rows > 0 && t.data_cols > 0) {
-    if (!swizzled && t.data_cols >= kVec) {
-      LoadReadOnlyWords<kVec>(scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0),
-                              cols.e_words);
-    } else {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        if (k < t.data_cols) {
-          cols.Set(k, __ldg(scales + mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)));
-        }
-      }
-    }
-  }
-  cols.Finish();
+  const ColumnScales<Out, kFormat, kVec> cols = LoadChunkColumnScales<Out, kFormat, kVec>(
+      scales, m, swizzled, job.row_tile, t.col0, t.data_cols,
+      colwise && t.data_rows > 0 && t.data_cols > 0);
 
   Out* __restrict__ out = static_cast<Out*>(o.out) + t.base;
   const int batches = (t.cap_rows + kSmallBatch - 1) / kSmallBatch;

@@ -183,6 +183,66 @@ __device__ inline void StoreWords(void* p, const uint32_t* w) {
   }
 }
 
+// --- a chunk's colwise scales (one block row of a group, kVec columns) ------------------------
+
+// The colwise scale bytes of kVec columns from their maxima (column k in byte k % 4 of
+// scale_words[k / 4]) and the factors that scale the columns' elements.
+template <Fp8Format kFormat, int kVec>
+__device__ inline void ColumnScaleBytes(const float (&col_max)[kVec], uint32_t (&scale_words)[kVec / 4],
+                                        float (&factor)[kVec]) {
+#pragma unroll
+  for (int k = 0; k < kVec / 4; ++k) scale_words[k] = 0;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const uint8_t e = ScaleExponentOf<kFormat>(col_max[k]);
+    scale_words[k / 4] |= static_cast<uint32_t>(e) << (8 * (k % 4));
+    factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
+  }
+}
+
+// Writes the scale bytes (kVec packed in `scale_words`) of the chunk's data columns (the
+// first data_cols) in block row `block_row` of a group's colwise scales.
+template <int kVec>
+__device__ inline void StoreChunkColumnScales(uint8_t* scales, const ScaleMatrix& m,
+                                              bool swizzled, int64_t block_row, int64_t col0,
+                                              int64_t data_cols, const uint32_t* scale_words) {
+  if (!swizzled && data_cols >= kVec) {  // compact: the chunk's scales are contiguous
+    StoreWords<kVec / 4>(scales + mxfp8::ScaleIndex(m, true, false, block_row, col0), scale_words);
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    if (k < data_cols) {
+      scales[mxfp8::ScaleIndex(m, true, swizzled, block_row, col0 + k)] =
+          static_cast<uint8_t>(scale_words[k / 4] >> (8 * (k % 4)));
+    }
+  }
+}
+
+// The scale bytes of the chunk's data columns in block row `block_row` (none unless `load`),
+// finished for dequantize.
+template <typename Out, Fp8Format kFormat, int kVec>
+__device__ inline ColumnScales<Out, kFormat, kVec> LoadChunkColumnScales(
+    const uint8_t* scales, const ScaleMatrix& m, bool swizzled, int64_t block_row, int64_t col0,
+    int64_t data_cols, bool load) {
+  ColumnScales<Out, kFormat, kVec> cols;
+  if (load) {
+    if (!swizzled && data_cols >= kVec) {
+      LoadReadOnlyWords<kVec>(scales + mxfp8::ScaleIndex(m, true, false, block_row, col0),
+                              cols.e_words);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        if (k < data_cols) {
+          cols.Set(k, __ldg(scales + mxfp8::ScaleIndex(m, true, swizzled, block_row, col0 + k)));
+        }
+      }
+    }
+  }
+  cols.Finish();
+  return cols;
+}
+
 // --- quantize ---------------------------------------------------------------------------------
 
 // Colwise maxima of this lane's chunk columns over the tile's 32 rows: packed |x| maxima over its
@@ -269,31 +329,13 @@ __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands
     TileColumnMaxima<In>(w, col_max);
     float factor[kVec];
     uint32_t scale_bytes[kOutWords];
-#pragma unroll
-    for (int k = 0; k < kOutWords; ++k) scale_bytes[k] = 0;
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const uint8_t e = ScaleExponentOf<kFormat>(col_max[k]);
-      scale_bytes[k / 4] |= static_cast<uint32_t>(e) << (8 * (k % 4));
-      factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
-    }
+    ColumnScaleBytes<kFormat, kVec>(col_max, scale_bytes, factor);
     // Warp 0 writes the tile's scale row (one block row of the group).
     const bool has_block = job.row_tile * kTileRows < r.rows;
     if (threadIdx.x < 32 && has_block && t.data_cols > 0) {
-      const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/true);
-      uint8_t* scales = o.col_scales + r.scale_offset;
-      if (!swizzled && t.data_cols >= kVec) {  // compact: the chunk's scales are contiguous
-        StoreWords<kOutWords>(scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0),
-                              scale_bytes);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          if (k < t.data_cols) {
-            scales[mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)] =
-                static_cast<uint8_t>(scale_bytes[k / 4] >> (8 * (k % 4)));
-          }
-        }
-      }
+      StoreChunkColumnScales<kVec>(o.col_scales + r.scale_offset,
+                                   mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/true),
+                                   swizzled, job.row_tile, t.col0, t.data_cols, scale_bytes);
     }
     uint8_t* __restrict__ out = o.col_data + t.base;
 #pragma unroll
@@ -359,21 +401,8 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
     row_scale[i] = !colwise && i < t.data_rows ? __ldg(row_scale_p + i * row_scale_step) : 0;
   }
   // Colwise: the chunk's kVec column scales of the tile's block row.
-  ColumnScales<Out, kFormat, kVec> cols;
-  if (colwise && t.data_rows > 0) {
-    if (!swizzled && t.data_cols >= kVec) {
-      LoadReadOnlyWords<kVec>(scales + mxfp8::ScaleIndex(m, true, false, job.row_tile, t.col0),
-                              cols.e_words);
-    } else {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        if (k < t.data_cols) {
-          cols.Set(k, __ldg(scales + mxfp8::ScaleIndex(m, true, swizzled, job.row_tile, t.col0 + k)));
-        }
-      }
-    }
-  }
-  cols.Finish();
+  const ColumnScales<Out, kFormat, kVec> cols = LoadChunkColumnScales<Out, kFormat, kVec>(
+      scales, m, swizzled, job.row_tile, t.col0, t.data_cols, colwise && t.data_rows > 0);
 
   Out* __restrict__ out = static_cast<Out*>(o.out) + t.base;
 #pragma unroll
