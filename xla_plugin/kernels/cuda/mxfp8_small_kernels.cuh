@@ -65,7 +65,7 @@ __device__ inline GroupSpan SpanOf(const GroupedShape& s, int32_t begin, int32_t
 }
 
 struct WarpGroups {
-  int32_t size[kSmallGroupsPerLane];  // this lane's groups, clamped to the extent
+  int32_t size[kSmallGroupsPerLane];  // this lane's groups, clamped (set below per_lane only)
   int per_lane;
   int32_t rows_before, segments_before, bytes_before;  // over the earlier lanes' groups
   int32_t rows_total, segments_total, bytes_total;     // over all groups
@@ -80,8 +80,9 @@ __device__ inline WarpGroups ScanWarpGroups(const GroupedShape& s, const int32_t
   int32_t rows = 0;
 #pragma unroll
   for (int u = 0; u < kSmallGroupsPerLane; ++u) {
+    if (u >= w.per_lane) break;  // the same for every lane; later loops stop there too
     const int64_t g = first + u;
-    w.size[u] = u < w.per_lane && g < s.num_groups
+    w.size[u] = g < s.num_groups
                     ? static_cast<int32_t>(mxfp8::ClampSize(__ldg(group_sizes + g), extent))
                     : 0;
     rows = SaturatingAdd(rows, w.size[u], extent);
@@ -215,7 +216,9 @@ __device__ inline void LoadSmallBatch(const In* x, const SmallSpan& t, int b,
     const int row = b * kSmallBatch + i;
     if (row < t.data_rows && t.data_cols > 0) {
       LoadReadOnlyWords<16>(reinterpret_cast<const uint8_t*>(x + row * t.stride), w[i]);
-      if (t.data_cols < 16 / static_cast<int>(sizeof(In))) KeepLeadingElements<In>(w[i], t.data_cols);
+      if (t.data_cols < 16 / static_cast<int>(sizeof(In))) {
+        KeepLeadingElements<In>(w[i], t.data_cols);
+      }
     } else {
       w[i][0] = w[i][1] = w[i][2] = w[i][3] = 0;
     }

@@ -188,8 +188,8 @@ __device__ inline void StoreWords(void* p, const uint32_t* w) {
 // The colwise scale bytes of kVec columns from their maxima (column k in byte k % 4 of
 // scale_words[k / 4]) and the factors that scale the columns' elements.
 template <Fp8Format kFormat, int kVec>
-__device__ inline void ColumnScaleBytes(const float (&col_max)[kVec], uint32_t (&scale_words)[kVec / 4],
-                                        float (&factor)[kVec]) {
+__device__ inline void ColumnScaleBytes(const float (&col_max)[kVec],
+                                        uint32_t (&scale_words)[kVec / 4], float (&factor)[kVec]) {
 #pragma unroll
   for (int k = 0; k < kVec / 4; ++k) scale_words[k] = 0;
 #pragma unroll
