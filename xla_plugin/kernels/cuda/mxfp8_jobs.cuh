@@ -71,7 +71,7 @@ constexpr int kJobsPerLocate = 16;
 // kSmallScaleWordsPerThread 16-byte words of each scale buffer per thread. Built for
 // kMinCtasPerSm CTAs per SM (<= 128 registers; unbounded, ptxas took 139-191 and a decode
 // batch's CTAs ran in two or three waves).
-constexpr int kSmallThreads = kMaxThreads;  // BlockInclusiveSums's width
+constexpr int kSmallThreads = kMaxThreads;  // 4 warps, a job each
 constexpr int kSmallWarps = kSmallThreads / 32;
 constexpr int kSmallScaleWordsPerThread = 4;
 __host__ __device__ inline int64_t SmallDataCtas(const Grid& grid) {

@@ -225,16 +225,6 @@ __device__ inline void LoadSmallBatch(const In* x, const SmallSpan& t, int b,
   }
 }
 
-// max(acc, |word|) per packed element, a NaN ignored (as fmaxf ignores it).
-template <typename In>
-__device__ inline uint32_t PackedAbsMax(uint32_t acc, uint32_t word) {
-  if constexpr (sizeof(In) == 4) {
-    return __float_as_uint(fmaxf(__uint_as_float(acc), fabsf(__uint_as_float(word))));
-  } else {
-    return AbsMaxPair<In>(acc, word);
-  }
-}
-
 // One warp's tile: rowwise rows as their batches arrive (the colwise maxima gathered on the
 // way), then the colwise scales and rows, last batch first (still in registers: a tile of at
 // most 8 rows, a decode batch's, is read once).

@@ -245,25 +245,27 @@ __device__ inline ColumnScales<Out, kFormat, kVec> LoadChunkColumnScales(
 
 // --- quantize ---------------------------------------------------------------------------------
 
+// max(acc, |word|) per packed element, a NaN ignored (as fmaxf ignores it).
+template <typename In>
+__device__ inline uint32_t PackedAbsMax(uint32_t acc, uint32_t word) {
+  if constexpr (sizeof(In) == 4) {
+    return __float_as_uint(fmaxf(__uint_as_float(acc), fabsf(__uint_as_float(word))));
+  } else {
+    return AbsMaxPair<In>(acc, word);
+  }
+}
+
 // Colwise maxima of this lane's chunk columns over the tile's 32 rows: packed |x| maxima over its
 // own rows, then over the 4 warps through shared memory (two barriers: all threads call).
 template <typename In>
 __device__ inline void TileColumnMaxima(const uint32_t (&w)[kWideRows][4], float* col_max) {
   __shared__ uint32_t partial[kWideThreads / 32][4][32];  // [warp][word][lane]
-  // max(acc, |word|) per packed element (a NaN ignored, as fmaxf ignores it).
-  const auto abs_max = [](uint32_t acc, uint32_t word) -> uint32_t {
-    if constexpr (sizeof(In) == 4) {
-      return __float_as_uint(fmaxf(__uint_as_float(acc), fabsf(__uint_as_float(word))));
-    } else {
-      return AbsMaxPair<In>(acc, word);
-    }
-  };
   uint32_t acc[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     acc[k] = 0;
 #pragma unroll
-    for (int i = 0; i < kWideRows; ++i) acc[k] = abs_max(acc[k], w[i][k]);
+    for (int i = 0; i < kWideRows; ++i) acc[k] = PackedAbsMax<In>(acc[k], w[i][k]);
   }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
@@ -273,7 +275,7 @@ __device__ inline void TileColumnMaxima(const uint32_t (&w)[kWideRows][4], float
   for (int k = 0; k < 4; ++k) {
     acc[k] = 0;
 #pragma unroll
-    for (int u = 0; u < kWideThreads / 32; ++u) acc[k] = abs_max(acc[k], partial[u][k][lane]);
+    for (int u = 0; u < kWideThreads / 32; ++u) acc[k] = PackedAbsMax<In>(acc[k], partial[u][k][lane]);
   }
   __syncthreads();  // `partial` is free for the next job
 #pragma unroll
