@@ -10,17 +10,14 @@ mxfp8_cuda.cu. Run on the device:
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
-import tempfile
 
 import jax
-import jax.numpy as jnp
 
 import jax_grouped_gemm as jgg
-from tools.bench import jax_loop, mxfp8_bench
+from tools.bench import mxfp8_bench
 from tools.bench import shapes as shapes_lib
 from tools.device import mxfp8_timeline
 
@@ -29,16 +26,8 @@ HIDDEN, EXPERTS = 4096, 64
 
 
 def kernel_microseconds(fn, operands):
-  """Mean duration of the MXFP8 kernels in the profiled last loop of CALLS calls."""
-  carry = jax.eval_shape(fn, *operands)
-  loop = jax.jit(functools.partial(jax_loop.call_loop, fn, mxfp8_timeline.CALLS,
-                                   jax_loop.BARRIER), donate_argnums=(1,))
-  out = jax.block_until_ready(loop(operands, jnp.zeros(carry.shape, carry.dtype)))
-  out = jax.block_until_ready(loop(operands, out))
-  with tempfile.TemporaryDirectory() as trace_dir:
-    with jax.profiler.trace(trace_dir):
-      jax.block_until_ready(loop(operands, out))
-    events = mxfp8_timeline.device_events(trace_dir)
+  """(kernel name, mean duration of the MXFP8 kernels per call) in the profiled loop."""
+  events = mxfp8_timeline.loop_events(fn, operands)
   ours = [(name, duration) for name, _, duration in events if "mxfp8_kernels" in name]
   kernel = ours[0][0].split("<")[0].split("::")[-1] if ours else "none"
   return kernel, sum(d for _, d in ours) / 1e3 / mxfp8_timeline.CALLS

@@ -42,7 +42,8 @@ def device_events(trace_dir):
   return sorted(events, key=lambda e: e[1])
 
 
-def timeline(fn, operands, label):
+def loop_events(fn, operands):
+  """device_events of the bench's loop of CALLS calls of fn, profiled after two warm loops."""
   carry = jax.eval_shape(fn, *operands)
   loop = jax.jit(functools.partial(jax_loop.call_loop, fn, CALLS, jax_loop.BARRIER),
                  donate_argnums=(1,))  # as the bench does
@@ -50,8 +51,12 @@ def timeline(fn, operands, label):
   out = jax.block_until_ready(loop(operands, out))
   with tempfile.TemporaryDirectory() as trace_dir:
     with jax.profiler.trace(trace_dir):
-      out = jax.block_until_ready(loop(operands, out))
-    events = device_events(trace_dir)
+      jax.block_until_ready(loop(operands, out))
+    return device_events(trace_dir)
+
+
+def timeline(fn, operands, label):
+  events = loop_events(fn, operands)
   if not events:
     print(f"{label}: no device events in the trace")
     return
