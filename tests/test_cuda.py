@@ -116,6 +116,33 @@ def test_tensor_core_local_window_zeroes_the_other_rows_of_a_donated_buffer(rows
   np.testing.assert_array_equal(np.asarray(out, np.float32)[expected == 0], 0)
 
 
+@requires_gpu
+@pytest.mark.parametrize("in_dtype", [jnp.bfloat16, jnp.float16], ids=lambda t: jnp.dtype(t).name)
+def test_tail_tiles_among_many_tiles_per_cta_row_by_row(in_dtype):
+  """Groups ending in row tiles of every kind (tails of 1 to 72 rows, none, empty groups) with
+  each CTA running several tiles over k-tile counts that are no multiple of the pipeline's
+  stages: a stage consumed out of step, or a tail tile that wrote past its group, would corrupt
+  other rows. Checked row by row, forward and dgrad: one wrong row fails."""
+  pattern = [129, 64, 1, 200, 65, 0, 128, 193, 320, 300]  # tails: 1, 64, 1, 72, 65, none, none, 65, 64, 44
+  sizes = pattern * 20
+  m, k, n = sum(sizes) + 500, 328, 264  # > 128 rows per group: the cooperative 128-row tile
+  rng = np.random.default_rng(7)
+  x = jnp.asarray(rng.standard_normal((m, k)), in_dtype)
+  w = jnp.asarray(rng.standard_normal((len(sizes), k, n)), in_dtype)
+  dy = jnp.asarray(rng.standard_normal((m, n)), in_dtype)
+  group_sizes = jnp.asarray(sizes, jnp.int32)
+  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
+  out = jax.jit(jgg.ragged_dot)(x, w, group_sizes)
+  dgrad = jax.lax.RaggedDotDimensionNumbers((([1], [2]), ([], [])), [0], [0])
+  dx = jax.jit(lambda a, b, g: jgg.ragged_dot_general(a, b, g, dgrad))(dy, w, group_sizes)
+  for actual, expected, length in ((out, reference.ragged_m(f64(x), f64(w), sizes), k),
+                                   (dx, reference.ragged_m(f64(dy), f64(w), sizes,
+                                                           rhs_transposed=True), n)):
+    # Products of unit normals: each output ~ sqrt(length); 16-bit results round to 2^-8.
+    np.testing.assert_allclose(np.asarray(actual.astype(jnp.float32)), expected, rtol=1e-2,
+                               atol=1e-2 * np.sqrt(length))
+
+
 _Dims = jax.lax.RaggedDotDimensionNumbers
 _BATCHED = {  # lhs [2, 600, 64]; batch entry b routes its rows with group_sizes[b]
     "fwd": ((3, 2, 64, 64), _Dims((([2], [2]), ([0], [1])), [1], [0])),
