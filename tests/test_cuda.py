@@ -123,9 +123,10 @@ def test_tail_tiles_among_many_tiles_per_cta_row_by_row(in_dtype):
   each CTA running several tiles over k-tile counts that are no multiple of the pipeline's
   stages: a stage consumed out of step, or a tail tile that wrote past its group, would corrupt
   other rows. Checked row by row, forward and dgrad: one wrong row fails."""
-  pattern = [129, 64, 1, 200, 65, 0, 128, 193, 320, 300]  # tails: 1, 64, 1, 72, 65, none, none, 65, 64, 44
-  sizes = pattern * 20
-  m, k, n = sum(sizes) + 500, 328, 264  # > 128 rows per group: the cooperative 128-row tile
+  # Last row tiles of 1, 64, 1, 72, 65, (none), (none), 65, 64 and 44 rows.
+  sizes = [129, 64, 1, 200, 65, 0, 128, 193, 320, 300] * 20
+  # > 128 rows per group (the cooperative 128-row tile); 500 rows of no group, which must be 0.
+  m, k, n = sum(sizes) + 500, 328, 264
   rng = np.random.default_rng(7)
   x = jnp.asarray(rng.standard_normal((m, k)), in_dtype)
   w = jnp.asarray(rng.standard_normal((len(sizes), k, n)), in_dtype)
