@@ -19,6 +19,7 @@
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_SMALL_KERNELS_CUH_
 
 #include "xla_plugin/kernels/cuda/mxfp8_wide_kernels.cuh"
+#include "xla_plugin/kernels/cuda/warp_group_scan.cuh"
 
 namespace jgg::cuda::mxfp8_kernels {
 
@@ -36,20 +37,6 @@ constexpr int kSmallGroupsPerLane = kCachedGroups / 32;
 // ragged extent (associative, so a warp scan of it is exact).
 __device__ inline int32_t SaturatingAdd(int32_t a, int32_t b, int32_t limit) {
   return b > limit - a ? limit : a + b;
-}
-
-// Exclusive prefix of v over the warp's lanes under `op`; `total` receives the whole sum.
-template <typename Op>
-__device__ inline int32_t WarpExclusiveScan(int32_t v, Op op, int32_t& total) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int32_t up = __shfl_up_sync(0xFFFFFFFFu, v, d);
-    if (lane >= d) v = op(up, v);
-  }
-  total = __shfl_sync(0xFFFFFFFFu, v, 31);
-  const int32_t before = __shfl_up_sync(0xFFFFFFFFu, v, 1);
-  return lane == 0 ? 0 : before;
 }
 
 // A group starting at row `begin` with clamped size `size`: its rows (clamped to the extent),

@@ -20,6 +20,21 @@ __device__ inline int64_t WarpInclusiveSum(int64_t v) {
   return v;
 }
 
+// Exclusive prefix of v over the warp's lanes under an associative `op`; `total` receives the
+// whole warp's. For 32-bit running sums that must not overflow (a saturating `op`).
+template <typename Op>
+__device__ inline int32_t WarpExclusiveScan(int32_t v, Op op, int32_t& total) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t up = __shfl_up_sync(0xFFFFFFFFu, v, d);
+    if (lane >= d) v = op(up, v);
+  }
+  total = __shfl_sync(0xFFFFFFFFu, v, 31);
+  const int32_t before = __shfl_up_sync(0xFFFFFFFFu, v, 1);
+  return lane == 0 ? 0 : before;
+}
+
 // Rows [begin, begin + rows) of the clamped group sizes of the 32 groups starting at `base`,
 // one per lane, after `before` rows of the earlier groups; `before` advances past them.
 struct GroupRows {
