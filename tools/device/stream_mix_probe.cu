@@ -154,18 +154,16 @@ int main(int argc, char** argv) {
         [&](int b) { ReadOnly<<<b, threads>>>(in, n, sink); });
     row("write only (2x input)", per_sm, 2.0 * n * 16,
         [&](int b) { WriteOnly<<<b, threads>>>(out, 2 * n); });
-    row("widen 1:2, paired stores", per_sm, 3.0 * n * 16,
-        [&](int b) { Widen2<Store::kDefault, true><<<b, threads>>>(in, out, n); });
-    row("widen 1:2, contiguous stores", per_sm, 3.0 * n * 16,
-        [&](int b) { Widen2<Store::kDefault, false><<<b, threads>>>(in, out, n); });
-    row("widen 1:2, paired, st.global.cs", per_sm, 3.0 * n * 16,
-        [&](int b) { Widen2<Store::kStreaming, true><<<b, threads>>>(in, out, n); });
-    row("widen 1:2, paired, L2 evict_first", per_sm, 3.0 * n * 16,
-        [&](int b) { Widen2<Store::kEvictFirst, true><<<b, threads>>>(in, out, n); });
-    row("widen 1:2, paired, L1::no_allocate", per_sm, 3.0 * n * 16,
-        [&](int b) { Widen2<Store::kNoAllocate, true><<<b, threads>>>(in, out, n); });
-    row("widen 1:2, contiguous, L2 evict_first", per_sm, 3.0 * n * 16,
-        [&](int b) { Widen2<Store::kEvictFirst, false><<<b, threads>>>(in, out, n); });
+    using WidenKernel = void (*)(const uint4*, uint4*, long);
+    const auto widen = [&](const char* name, WidenKernel kernel) {
+      row(name, per_sm, 3.0 * n * 16, [&](int b) { kernel<<<b, threads>>>(in, out, n); });
+    };
+    widen("widen 1:2, paired stores", Widen2<Store::kDefault, true>);
+    widen("widen 1:2, contiguous stores", Widen2<Store::kDefault, false>);
+    widen("widen 1:2, paired, st.global.cs", Widen2<Store::kStreaming, true>);
+    widen("widen 1:2, paired, L2 evict_first", Widen2<Store::kEvictFirst, true>);
+    widen("widen 1:2, paired, L1::no_allocate", Widen2<Store::kNoAllocate, true>);
+    widen("widen 1:2, contiguous, L2 evict_first", Widen2<Store::kEvictFirst, false>);
   }
   return 0;
 }
