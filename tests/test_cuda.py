@@ -144,6 +144,57 @@ def test_tail_tiles_among_many_tiles_per_cta_row_by_row(in_dtype):
                                atol=1e-2 * np.sqrt(length))
 
 
+def _sizes_with_row_tiles(row_tiles, rng):
+  """Group sizes (> 128 rows per group on average, tails of every kind, an empty group)
+  whose 128-row tiles number exactly row_tiles."""
+  sizes = [0]
+  while row_tiles > 0:
+    tiles = min(int(rng.integers(1, 5)), row_tiles)
+    sizes.append(128 * (tiles - 1) + int(rng.integers(1, 129)))
+    row_tiles -= tiles
+  return sizes
+
+
+@requires_gpu
+@pytest.mark.parametrize("last_round", [1, 3, 20, 45, 0, -1])
+@pytest.mark.parametrize("in_dtype,out_dtype", [(jnp.bfloat16, jnp.bfloat16),
+                                                (jnp.float16, jnp.float32)],
+                         ids=["bf16", "f16_to_f32"])
+def test_last_round_split_along_k_row_by_row(last_round, in_dtype, out_dtype):
+  """The GEMM's last round of r tiles (r = tiles mod SMs) is split along K where r is small
+  (kernels/cuda/sm90/tail_split_sm90.cuh: 4 pieces for r = 1, 3 and 20, 2 for 45, none for 0
+  or SMs - 1). Group sizes are chosen to give each r on this GPU, forward and dgrad; 17
+  k-tiles, so the pieces are uneven. Checked row by row: a piece lost, added twice or taken
+  from another tile's slot fails."""
+  sms = jax.devices("gpu")[0].core_count
+  k = n = 1088  # 5 column tiles of 256 and 17 k-tiles of 64, both ways
+  col_tiles = 5
+  r = last_round % sms
+  # Tiles = col_tiles * row_tiles = sms + r (mod sms), at least a round and a half.
+  row_tiles = next(t for t in range(sms, 3 * sms) if (col_tiles * t) % sms == r)
+  rng = np.random.default_rng(last_round + 10)
+  sizes = _sizes_with_row_tiles(row_tiles, rng)
+  m = sum(sizes) + 77  # rows of no group, which must be 0
+  x = jnp.asarray(rng.standard_normal((m, k)), in_dtype)
+  w = jnp.asarray(rng.standard_normal((len(sizes), k, n)), in_dtype)
+  dy = jnp.asarray(rng.standard_normal((m, n)), in_dtype)
+  group_sizes = jnp.asarray(sizes, jnp.int32)
+  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
+  out = jax.jit(lambda a, b, g: jgg.ragged_dot(a, b, g, preferred_element_type=out_dtype))(
+      x, w, group_sizes)
+  dgrad = jax.lax.RaggedDotDimensionNumbers((([1], [2]), ([], [])), [0], [0])
+  dx = jax.jit(lambda a, b, g: jgg.ragged_dot_general(a, b, g, dgrad,
+                                                      preferred_element_type=out_dtype))(
+      dy, w, group_sizes)
+  tol = 1e-2 if out_dtype != jnp.float32 else 1e-4
+  for actual, expected in ((out, reference.ragged_m(f64(x), f64(w), sizes)),
+                           (dx, reference.ragged_m(f64(dy), f64(w), sizes, rhs_transposed=True))):
+    assert actual.dtype == out_dtype
+    # Products of unit normals: each output ~ sqrt(1088); results round to their type.
+    np.testing.assert_allclose(np.asarray(actual.astype(jnp.float32)), expected, rtol=tol,
+                               atol=tol * np.sqrt(k))
+
+
 _Dims = jax.lax.RaggedDotDimensionNumbers
 _BATCHED = {  # lhs [2, 600, 64]; batch entry b routes its rows with group_sizes[b]
     "fwd": ((3, 2, 64, 64), _Dims((([2], [2]), ([0], [1])), [1], [0])),

@@ -42,6 +42,7 @@ struct RaggedOperands {
   const int32_t* group_offset;
   void* out;
   void* workspace;
+  int64_t workspace_bytes = 0;  // its size (workspace.h: the optional tail split region)
 };
 
 }  // namespace jgg

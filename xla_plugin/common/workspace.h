@@ -7,8 +7,11 @@
 //   [ schedules: one RaggedSchedule per batch entry                          ]
 //   [ problem arrays: per (group, batch) problem shape, pointers and strides  ]
 //   [ CUTLASS kernel workspace (TMA descriptors)                              ]
-// The last two serve only the tensor-core CUDA path; the size is the same on
+//   [ tail split: flags and partial tiles of the GEMM's split last round      ]
+// The last three serve only the tensor-core CUDA path; the size is the same on
 // every platform so that one lowering (and one exported artifact) fits all.
+// The tail split region is optional: artifacts exported before it existed
+// (2026-11-28) end their workspace before it, and their GEMMs do not split.
 #ifndef JGG_XLA_PLUGIN_COMMON_WORKSPACE_H_
 #define JGG_XLA_PLUGIN_COMMON_WORKSPACE_H_
 
@@ -66,9 +69,32 @@ inline char* CutlassWorkspaceRegion(void* workspace, int64_t batch, int64_t num_
          ProblemArgumentsBytes(batch, num_local_groups);
 }
 
-inline int64_t RaggedWorkspaceBytes(int64_t batch, int64_t num_local_groups) {
+// What a handler needs at the least (the workspace of artifacts exported before the tail
+// split region).
+inline int64_t RequiredRaggedWorkspaceBytes(int64_t batch, int64_t num_local_groups) {
   return ScheduleBytes(batch, num_local_groups) + ProblemArgumentsBytes(batch, num_local_groups) +
          kCutlassWorkspaceBytes;
+}
+
+// The tail split (kernels/cuda/sm90/tail_split_sm90.cuh): a flag per split tile, then f32
+// partial tiles of 128 x 256 (a tile's accumulators, in the order of its consumer threads).
+inline constexpr int64_t kTailSplitFlags = 64;
+inline constexpr int64_t kTailSplitFlagBytes = 256;
+inline constexpr int64_t kTailSplitSlots = 64;
+inline constexpr int64_t kTailSplitSlotBytes = 128 * 256 * 4;
+inline constexpr int64_t kTailSplitBytes = kTailSplitFlagBytes + kTailSplitSlots * kTailSplitSlotBytes;
+static_assert(kTailSplitFlags * 4 <= kTailSplitFlagBytes, "flags are int32");
+
+// What lowerings ask for (workspace_bytes).
+inline int64_t RaggedWorkspaceBytes(int64_t batch, int64_t num_local_groups) {
+  return RequiredRaggedWorkspaceBytes(batch, num_local_groups) + kTailSplitBytes;
+}
+
+// The tail split region of a workspace of `bytes`, or null where it ends before it.
+inline char* TailSplitRegion(void* workspace, int64_t bytes, int64_t batch,
+                             int64_t num_local_groups) {
+  if (bytes < RaggedWorkspaceBytes(batch, num_local_groups)) return nullptr;
+  return static_cast<char*>(workspace) + RequiredRaggedWorkspaceBytes(batch, num_local_groups);
 }
 
 }  // namespace jgg

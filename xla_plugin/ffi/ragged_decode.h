@@ -54,8 +54,8 @@ inline ffi::ErrorOr<CommonCall> DecodeCommon(ffi::AnyBuffer lhs, ffi::AnyBuffer 
     return ffi::Error::InvalidArgument(ShapeMismatch("group_sizes", "[batch, num_groups]"));
   if (group_offset.element_count() != 1)
     return ffi::Error::InvalidArgument(ShapeMismatch("group_offset", "[1]"));
-  if (static_cast<int64_t>(workspace->element_count()) <
-      RaggedWorkspaceBytes(batch, num_local_groups))
+  const auto workspace_bytes = static_cast<int64_t>(workspace->element_count());
+  if (workspace_bytes < RequiredRaggedWorkspaceBytes(batch, num_local_groups))
     return ffi::Error::InvalidArgument("workspace: smaller than workspace_bytes()");
   auto in_type = DecodeElementType(lhs.element_type(), "lhs");
   if (in_type.has_error()) return in_type.error();
@@ -64,7 +64,8 @@ inline ffi::ErrorOr<CommonCall> DecodeCommon(ffi::AnyBuffer lhs, ffi::AnyBuffer 
   return CommonCall{
       in_type.value(), out_type.value(), gs[1],
       RaggedOperands{lhs.untyped_data(), rhs.untyped_data(), group_sizes.typed_data(),
-                     group_offset.typed_data(), out->untyped_data(), workspace->untyped_data()}};
+                     group_offset.typed_data(), out->untyped_data(), workspace->untyped_data(),
+                     workspace_bytes}};
 }
 
 struct DecodedRaggedM {

@@ -97,7 +97,8 @@ bool ManyRowsPerGroup(int64_t rows, int64_t num_local_groups) {
 sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
                                int64_t groups, cudaStream_t stream) {
   return {info.device, info.sm_count, ProblemArgumentsRegion(o.workspace, batch, groups),
-          CutlassWorkspaceRegion(o.workspace, batch, groups), stream};
+          CutlassWorkspaceRegion(o.workspace, batch, groups),
+          TailSplitRegion(o.workspace, o.workspace_bytes, batch, groups), stream};
 }
 
 }  // namespace

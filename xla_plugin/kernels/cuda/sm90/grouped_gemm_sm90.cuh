@@ -31,20 +31,24 @@
 #include "xla_plugin/kernels/cuda/cutlass_grouped.cuh"
 #include "xla_plugin/kernels/cuda/sm90/group_tensormaps_sm90.cuh"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
+#include "xla_plugin/kernels/cuda/sm90/tail_split_sm90.cuh"
 
 namespace jgg::cuda::sm90 {
 
 using namespace cute;  // NOLINT: CUTLASS's shape vocabulary (Shape, _128, ...)
 
-// A tile configuration is data: tile, cluster, the two schedules and the bytes per row of
-// the epilogue's subtiles (0: CUTLASS's choice).
-template <class Tile, class Cluster, class Mainloop, class Epilogue, int kEpiRowBytes = 0>
+// A tile configuration is data: tile, cluster, the two schedules, the bytes per row of the
+// epilogue's subtiles (0: CUTLASS's choice) and whether the GEMM's last round of tiles may be
+// split along K (tail_split_sm90.cuh; ragged rows, no cluster, 128x256 tiles).
+template <class Tile, class Cluster, class Mainloop, class Epilogue, int kEpiRowBytes = 0,
+          bool kSplitsTail = false>
 struct TileConfig {
   using TileShape = Tile;
   using ClusterShape = Cluster;
   using KernelSchedule = Mainloop;
   using EpilogueSchedule = Epilogue;
   static constexpr int kEpilogueSubtileRowBytes = kEpiRowBytes;
+  static constexpr bool kTailSplit = kSplitsTail;
 };
 
 // Cooperative 128x256x64 (two consumer warpgroups share one 128x256 tile): the best
@@ -63,7 +67,8 @@ struct TileConfig {
 // wgrad anchors in bf16: docs/PERFORMANCE.md, 2026-11-27).
 using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
-                                      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+                                      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+                                      /*kEpiRowBytes=*/0, /*kSplitsTail=*/true>;
 // The same tile storing its epilogue in subtiles of 256 bytes a row (128x128 in bf16/f16,
 // 128x64 in f32): two buffers of 64 KB, which leave the mainloop 3 stages of 48 KB instead of
 // 4. Where each group has thousands of rows (mixtral's 2048), every weight tile serves many
@@ -73,7 +78,8 @@ using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
 using Cooperative128x256WideEpilogue =
     TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
                cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
-               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, /*kEpiRowBytes=*/256>;
+               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, /*kEpiRowBytes=*/256,
+               /*kSplitsTail=*/true>;
 using Cooperative128x256Cluster2x1 =
     TileConfig<Shape<_128, _256, _64>, Shape<_2, _1, _1>,
                cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
@@ -102,7 +108,10 @@ struct WaitsForPreparation : Base {
 
 template <class Config, class ElementIn, class ElementOut, class LayoutA, class LayoutB>
 struct GroupedGemm {
-  using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K)
+  static constexpr bool kTailSplit = Config::kTailSplit;
+  using ProblemShape =  // (M, N, K) per problem
+      std::conditional_t<kTailSplit, TailSplitProblemShape<Shape<int, int, int>>,
+                         cutlass::gemm::GroupProblemShape<Shape<int, int, int>>>;
   static constexpr int kAlignIn = 16 / sizeof(ElementIn);
   static constexpr int kAlignOut = 16 / sizeof(ElementOut);
   using EpilogueTile = std::conditional_t<
@@ -225,9 +234,13 @@ __global__ void __launch_bounds__(kTensormapThreads)
 template <class G, class Problems>
 __global__ void __launch_bounds__(Problems::kPrepareThreads)
     PrepareProblemsKernel(Problems problems, ProblemArrays<G> out, int64_t first_gemm_problems,
-                          const __grid_constant__ ProblemTensormaps<G> tensormaps) {
+                          const __grid_constant__ ProblemTensormaps<G> tensormaps,
+                          int32_t* tail_split_flags) {
   // The GEMM may launch now: it waits for this whole grid before reading what it writes.
   asm volatile("griddepcontrol.launch_dependents;");
+  if (tail_split_flags != nullptr && blockIdx.x == 0 && blockIdx.y == 0) {
+    for (int i = threadIdx.x; i < kTailSplitFlags; i += blockDim.x) tail_split_flags[i] = 0;
+  }
   const int64_t b = blockIdx.y;
   problems.PrepareBatch(b, blockIdx.x, gridDim.x);
   if (blockIdx.x != 0) return;
@@ -277,6 +290,27 @@ inline bool LaunchAfterPreparation() {
   return value;
 }
 
+// Whether a GEMM may split its last round of tiles (tail_split_sm90.cuh): yes, unless
+// JGG_SM90_TAIL_SPLIT=0, for A/B runs; read once per process.
+inline bool TailSplitAllowed() {
+  static const bool value = [] {
+    const char* split = std::getenv("JGG_SM90_TAIL_SPLIT");
+    return split == nullptr || split[0] != '0';
+  }();
+  return value;
+}
+
+// The flags of G's split last round, or null where it does not split: a configuration that
+// cannot, a workspace without the region, or a call of several GEMMs (the preparation zeroes
+// the flags of the first only).
+template <class G>
+int32_t* TailSplitFlags(const GroupedLaunch& launch, int64_t count) {
+  if (!G::kTailSplit || launch.tail_split == nullptr || count > kProblemsPerGroupedGemm ||
+      !TailSplitAllowed())
+    return nullptr;
+  return reinterpret_cast<int32_t*>(launch.tail_split);
+}
+
 // The preparation kernel with the GEMM's shared-memory carveout, so an SM that ran it takes
 // the GEMM's CTAs without reconfiguring its L1 / shared-memory split first.
 // A preference, set once per process (on the device current then): the launch is correct
@@ -296,10 +330,19 @@ void PreferSharedMemoryCarveout(Kernel* kernel) {
 template <class G>
 cudaError_t InitializeGemm(typename G::Gemm& gemm, const ProblemArrays<G>& arrays,
                            int64_t count, const GroupedLaunch& launch,
-                           ProblemTensormaps<G>& tensormaps) {
+                           ProblemTensormaps<G>& tensormaps, int32_t* tail_split_flags) {
   typename G::Gemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-  args.problem_shape = {static_cast<int>(count), arrays.shapes, nullptr};  // on device only
+  args.problem_shape.num_groups = static_cast<int>(count);
+  args.problem_shape.problem_shapes = arrays.shapes;
+  args.problem_shape.host_problem_shapes = nullptr;  // on device only
+  if constexpr (G::kTailSplit) {
+    args.problem_shape.flags = tail_split_flags;  // null: no split
+    if (tail_split_flags != nullptr) {
+      args.problem_shape.partials =
+          reinterpret_cast<float4*>(launch.tail_split + kTailSplitFlagBytes);
+    }
+  }
   args.mainloop = {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b};
   SetPlainEpilogue(args, arrays.d, arrays.stride_d);
   args.scheduler.max_swizzle_size = 1;
@@ -327,8 +370,10 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   typename G::Gemm gemm;
   ProblemTensormaps<G> tensormaps{};
   const int64_t first = std::min(count, kProblemsPerGroupedGemm);
+  int32_t* const tail_split_flags = TailSplitFlags<G>(launch, count);
   if (first > 0) {
-    if (cudaError_t e = InitializeGemm<G>(gemm, arrays, first, launch, tensormaps);
+    if (cudaError_t e = InitializeGemm<G>(gemm, arrays, first, launch, tensormaps,
+                                          tail_split_flags);
         e != cudaSuccess)
       return e;
   }
@@ -336,7 +381,7 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
                   static_cast<unsigned>(problems.batch()));
   PreferSharedMemoryCarveout(PrepareProblemsKernel<G, Problems>);
   PrepareProblemsKernel<G><<<grid, Problems::kPrepareThreads, 0, launch.stream>>>(
-      problems, arrays, first, tensormaps);
+      problems, arrays, first, tensormaps, tail_split_flags);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (count == 0) return cudaSuccess;  // prepared (rows zeroed), nothing to multiply
   if (cudaError_t e = FromCutlass(gemm.run(launch.stream, /*cuda_adapter=*/nullptr,
@@ -347,7 +392,8 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   for (int64_t begin = first; begin < count; begin += kProblemsPerGroupedGemm) {
     const int64_t n = std::min(count - begin, kProblemsPerGroupedGemm);
     const ProblemArrays<G> next = arrays.From(begin);
-    if (cudaError_t e = InitializeGemm<G>(gemm, next, n, launch, tensormaps); e != cudaSuccess)
+    if (cudaError_t e = InitializeGemm<G>(gemm, next, n, launch, tensormaps, nullptr);
+        e != cudaSuccess)
       return e;
     const auto blocks =
         static_cast<unsigned>(CeilDiv(ProblemTensormaps<G>::kOperands * n, kTensormapThreads));

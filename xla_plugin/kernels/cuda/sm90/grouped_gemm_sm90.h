@@ -27,6 +27,7 @@ struct GroupedLaunch {
   int sm_count;
   char* problem_arguments;  // workspace region for per-problem arguments
   void* cutlass_workspace;  // workspace region for CUTLASS (kCutlassWorkspaceBytes)
+  char* tail_split;         // workspace region of the split last round (null: no split)
   cudaStream_t stream;
 };
 
