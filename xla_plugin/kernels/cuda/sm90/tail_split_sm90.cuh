@@ -1,4 +1,4 @@
-// The last wave of a grouped GEMM split along K.
+// The last round of a grouped GEMM's tiles, split along K.
 //
 // CUTLASS's persistent group scheduler gives CTA c the tiles c, c + W, c + 2W, ... of the W
 // CTAs' grid, so a GEMM of T tiles runs ceil(T / W) rounds of whole tiles, and a last round of
@@ -6,6 +6,9 @@
 // tiles on 132 SMs, a 14th round of 3 tiles). Here, where r is small, each of those r tiles is
 // split into s pieces of its K range (s <= W / r, so they still run in one round), each piece
 // on its own CTA: the last round takes about 1 / s of a tile's time, plus a reduction.
+// Measured on an H100 (docs/PERFORMANCE.md, 2026-11-28): a last round of a few tiles costs
+// only about a third of a full round's tile time (those tiles run alone, with all of the
+// memory and power), so the split gains 1-3% of the anchor GEMMs it applies to.
 //
 // The reduction: the pieces but the last write their f32 accumulators to a slot of the
 // workspace (TailSplitRegion, workspace.h) and count themselves in the tile's flag, one
