@@ -82,7 +82,9 @@ nb::dict Registrations() {
 
 int64_t WorkspaceBytes(const std::string& op, int64_t batch, int64_t num_local_groups) {
   if (batch < 0 || num_local_groups < 0) throw std::invalid_argument("negative dimension");
-  if (op == "ragged_m" || op == "ragged_k") return jgg::RaggedWorkspaceBytes(batch, num_local_groups);
+  // Only ragged_m's GEMM splits its last round (the tail split region, workspace.h).
+  if (op == "ragged_m") return jgg::RaggedWorkspaceBytes(batch, num_local_groups);
+  if (op == "ragged_k") return jgg::RequiredRaggedWorkspaceBytes(batch, num_local_groups);
   throw std::invalid_argument("workspace_bytes: unknown op '" + op + "'");
 }
 
