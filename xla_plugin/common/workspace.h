@@ -85,7 +85,8 @@ inline constexpr int64_t kTailSplitSlotBytes = 128 * 256 * 4;
 inline constexpr int64_t kTailSplitBytes = kTailSplitFlagBytes + kTailSplitSlots * kTailSplitSlotBytes;
 static_assert(kTailSplitFlags * 4 <= kTailSplitFlagBytes, "flags are int32");
 
-// What lowerings ask for (workspace_bytes).
+// What lowerings of ragged_m ask for (workspace_bytes; ragged_k's GEMM never splits, and its
+// lowerings ask for the required bytes only).
 inline int64_t RaggedWorkspaceBytes(int64_t batch, int64_t num_local_groups) {
   return RequiredRaggedWorkspaceBytes(batch, num_local_groups) + kTailSplitBytes;
 }
