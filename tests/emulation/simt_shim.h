@@ -206,5 +206,10 @@ inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v)
 }
 inline float __uint_as_float(uint32_t v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t v; std::memcpy(&v, &f, 4); return v; }
-inline float __fmul_rn(float a, float b) { return a * b; }
+// As the GPU's FMUL: a NaN product is the canonical NaN 0x7FFFFFFF, whatever the operands' signs
+// and payloads (the quantize kernels rely on it for their NaN bytes).
+inline float __fmul_rn(float a, float b) {
+  const float p = a * b;
+  return p != p ? __uint_as_float(0x7FFFFFFFu) : p;
+}
 #endif  // JGG_TESTS_EMULATION_SIMT_SHIM_H_

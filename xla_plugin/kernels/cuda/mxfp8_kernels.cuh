@@ -114,32 +114,6 @@ __device__ inline uint8_t ScaleExponentOf(float amax) {
   return s <= 0x400000u ? 0 : static_cast<uint8_t>(e < 0xFEu ? e : 0xFEu);
 }
 
-// The library's fp8 NaN is 0x7F whatever the sign or payload (the CPU path writes the same).
-// satfinite turns every finite or infinite input into a finite byte and a NaN into a NaN byte,
-// so fixing the NaN bytes of 4 packed results at once replaces a test per element: a byte is
-// NaN when its low 7 bits exceed the largest finite (0x7E e4m3, 0x7B e5m2), i.e. when adding
-// 0x01 (0x04) carries into bit 7; such bytes become 0x7F. e4m3's only NaN bytes are 0x7F and
-// 0xFF, so clearing bit 7 is the whole fix there (ncu, H100: 6% fewer instructions in the bf16
-// rowwise + colwise kernel, 2-3% less time).
-// ptxas made four instructions a word of the plain e4m3 expression (SASS under ncu, H200,
-// 2026-11-28), so its last step is written as one 3-input LOP3, bytes & ~(carry & 0x80808080).
-template <Fp8Format kFormat>
-__device__ inline uint32_t CanonicalNaNBytes(uint32_t bytes) {
-  constexpr uint32_t kCarry = kFormat == Fp8Format::kE4M3 ? 0x01010101u : 0x04040404u;
-  const uint32_t carried = (bytes & 0x7F7F7F7Fu) + kCarry;
-  if constexpr (kFormat == Fp8Format::kE4M3) {
-#ifdef __CUDA_ARCH__
-    uint32_t fixed;
-    asm("lop3.b32 %0, %1, %2, %3, 0x70;" : "=r"(fixed) : "r"(bytes), "r"(carried), "r"(0x80808080u));
-    return fixed;
-#else
-    return bytes & ~(carried & 0x80808080u);
-#endif
-  }
-  const uint32_t nan = carried & 0x80808080u;  // bit 7 of NaN bytes
-  return (bytes & ~nan) | (nan - (nan >> 7));  // 0x7F in NaN bytes
-}
-
 // Elementwise max(a, |b|) of two packed pairs of 16-bit elements (a >= 0), a NaN ignored as
 // fmaxf ignores it (max.bf16x2 / max.f16x2 return the other operand; two NaNs give NaN):
 // maxima without unpacking the elements.
@@ -151,23 +125,32 @@ __device__ inline uint32_t AbsMaxPair(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(&m);
 }
 
-// kCount packed elements scaled by their blocks' factors, as packed fp8 bytes (element k in
-// byte k of `bytes`, ceil(kCount / 4) words).
-template <typename In, Fp8Format kFormat, int kCount>
-__device__ inline void QuantizePacked(const uint32_t* w, const float* factor, uint32_t* bytes) {
+// kCount values scaled by their blocks' factors, as packed fp8 bytes (element k in byte k of
+// `bytes`, ceil(kCount / 4) words). The library's fp8 NaN is 0x7F whatever the sign
+// or payload (the CPU path writes the same): FMUL turns any NaN into the canonical 0x7FFFFFFF
+// and satfinite converts that to 0x7F (e4m3 and e5m2; H200, 2026-11-29,
+// tools/device/nan_probe.cu), so the scaling multiply is the whole NaN fix.
+template <Fp8Format kFormat, int kCount>
+__device__ inline void QuantizeValues(const float* v, const float* factor, uint32_t* bytes) {
   constexpr __nv_fp8_interpretation_t kKind = kFormat == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
 #pragma unroll
   for (int b = 0; b < (kCount + 3) / 4; ++b) bytes[b] = 0;
 #pragma unroll
   for (int k = 0; k < kCount; k += 2) {
     const uint32_t pair = __nv_cvt_float2_to_fp8x2(
-        make_float2(__fmul_rn(PackedValue<In>(w, k), factor[k]),
-                    __fmul_rn(PackedValue<In>(w, k + 1), factor[k + 1])),
+        make_float2(__fmul_rn(v[k], factor[k]), __fmul_rn(v[k + 1], factor[k + 1])),
         __NV_SATFINITE, kKind);
     bytes[k / 4] |= pair << (8 * (k % 4));
   }
+}
+
+// The same of kCount packed elements of type In.
+template <typename In, Fp8Format kFormat, int kCount>
+__device__ inline void QuantizePacked(const uint32_t* w, const float* factor, uint32_t* bytes) {
+  float v[kCount];
 #pragma unroll
-  for (int b = 0; b < (kCount + 3) / 4; ++b) bytes[b] = CanonicalNaNBytes<kFormat>(bytes[b]);
+  for (int k = 0; k < kCount; ++k) v[k] = PackedValue<In>(w, k);
+  QuantizeValues<kFormat, kCount>(v, factor, bytes);
 }
 
 // The strip's elements scaled by their blocks' factors, as packed fp8 bytes.

@@ -10,7 +10,8 @@
 // only 4 lanes (bf16) so a row's amax takes 2 shuffle rounds. At most 128 registers (4 CTAs per
 // SM; ptxas: 80-128, 2026-11-24), but for bf16 "both" (WideQuantizeCtasPerSm).
 // Colwise amax: per lane over its 8 rows, then across the 4 warps through 2 KB of shared
-// memory, so no tile is stashed and "both" converts from the same registers.
+// memory, so no tile is stashed and "both" converts each row to both orientations from one
+// unpacking of its elements.
 // Loads are cp.async copies (16 or 8 bytes) into two shared-memory stages: while a CTA converts
 // one job, the next job's copies (taken from the job counter two rounds ahead) are in flight, so
 // an SM's bytes in flight do not drop between jobs. Each lane reads back only the chunks it copied: no
@@ -25,8 +26,9 @@ namespace jgg::cuda::mxfp8_kernels {
 constexpr int kWideMinCtasPerSm = 4;  // <= 128 registers
 
 // CTAs per SM a wide quantize kernel is built for. bf16 rowwise + colwise spills 64 bytes
-// within 128 registers; built for 3 CTAs it takes about 150 and spills nothing, and ran 2-7%
-// faster on the anchor shapes (H100, 2026-11-25; f16's kernel does not spill at 4).
+// within 128 registers; built for 3 CTAs it spills nothing (168 registers since its one
+// conversion loop for both orientations, ptxas 2026-11-29) and ran 2-7% faster on the anchor
+// shapes (H100, 2026-11-25; f16's kernel does not spill at 4).
 template <typename In, bool kRow, bool kCol>
 constexpr int WideQuantizeCtasPerSm() {
   return kRow && kCol && std::is_same_v<In, __nv_bfloat16> ? 3 : kWideMinCtasPerSm;
@@ -307,9 +309,8 @@ __device__ inline void TileColumnMaxima(const uint32_t (&w)[kWideRows][4], float
 }
 
 // kFull (FullTile: every row and chunk of the tile is data): the compiler drops the per-row
-// bounds, a compare and a branch around every row's conversion. "Both" keeps them in its
-// rowwise pass: without those branches ptxas runs the two passes' conversions together and
-// spills (52 bytes bf16, 408 f16).
+// bounds, a compare and a branch around every row's conversion. "Both" finds the column scales
+// first and then converts each row to both orientations from one unpacking of its elements.
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat, bool kFull>
 __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands& o,
                                  bool swizzled, const TileJob& job, const uint4* stage) {
@@ -318,72 +319,72 @@ __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands
   constexpr int kLanesPerBlock = kBlockSize / kVec;
   const Region& r = job.region;
   const StripSpan t = MakeWideSpan(grid, job, kVec);
-  // Rows of this lane that hold data / lie inside the capacity, per pass.
-  constexpr bool kFullRowPass = kFull && !kCol;
-  const int row_pass_data_rows = kFullRowPass ? kWideRows : t.data_rows;
-  const int row_pass_cap_rows = kFullRowPass ? kWideRows : t.cap_rows;
-  const int col_pass_cap_rows = kFull ? kWideRows : t.cap_rows;
-  const int64_t data_cols = kFull ? kVec : t.data_cols;
+  // Rows of this lane that hold data / lie inside the capacity.
+  const int data_rows = kFull ? kWideRows : t.data_rows;
+  const int cap_rows = kFull ? kWideRows : t.cap_rows;
   uint32_t w[kWideRows][4];
 #pragma unroll
   for (int i = 0; i < kWideRows; ++i) {
     LeadingWords<16>(stage[i * kWideThreads + threadIdx.x], w[i]);
   }
 
-  if constexpr (kRow) {
-    const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
-    const int64_t row0 = job.row_tile * kTileRows + (threadIdx.x / 32) * kWideRows;
-    // Rows of a lane lie in one 32-row group: 16 bytes apart swizzled.
-    uint8_t* __restrict__ scale =
-        o.row_scales + r.scale_offset +
-        mxfp8::ScaleIndex(m, false, swizzled, row0, t.col0 / kBlockSize);
-    const int64_t scale_step = swizzled ? 16 : m.padded_cols;
-    const bool writes_scale = threadIdx.x % kLanesPerBlock == 0;
-    uint8_t* __restrict__ out = o.row_data + t.base;  // steps a row at a time
-#pragma unroll
-    for (int i = 0; i < kWideRows; i += 2) {
-      float amax[2];
-      PairRowAmax<In, kLanesPerBlock, 4>(w[i], w[i + 1], amax);
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const uint8_t e = ScaleExponentOf<kFormat>(amax[u]);
-        if (writes_scale && i + u < row_pass_data_rows) *scale = e;
-        scale += scale_step;
-        if (i + u < row_pass_cap_rows) {
-          float factor[kVec];
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
-          uint32_t bytes[kOutWords];
-          QuantizePacked<In, kFormat, kVec>(w[i + u], factor, bytes);
-          StoreWords<kOutWords>(out, bytes);
-        }
-        out += t.stride;
-      }
-    }
-  }
-
+  float col_factor[kVec];
   if constexpr (kCol) {
     float col_max[kVec];
     TileColumnMaxima<In>(w, col_max);
-    float factor[kVec];
     uint32_t scale_bytes[kOutWords];
-    ColumnScaleBytes<kFormat, kVec>(col_max, scale_bytes, factor);
+    ColumnScaleBytes<kFormat, kVec>(col_max, scale_bytes, col_factor);
     // Warp 0 writes the tile's scale row (one block row of the group).
+    const int64_t data_cols = kFull ? kVec : t.data_cols;
     const bool has_block = kFull || job.row_tile * kTileRows < r.rows;
     if (threadIdx.x < 32 && has_block && data_cols > 0) {
       StoreChunkColumnScales<kVec>(o.col_scales + r.scale_offset,
                                    mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/true),
                                    swizzled, job.row_tile, t.col0, data_cols, scale_bytes);
     }
-    uint8_t* __restrict__ out = o.col_data + t.base;  // steps a row at a time
+  }
+
+  // Rowwise scales: rows of a lane lie in one 32-row group, 16 bytes apart swizzled.
+  const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
+  const int64_t row0 = job.row_tile * kTileRows + (threadIdx.x / 32) * kWideRows;
+  uint8_t* __restrict__ row_scale =
+      o.row_scales + r.scale_offset +
+      mxfp8::ScaleIndex(m, false, swizzled, row0, t.col0 / kBlockSize);
+  const int64_t row_scale_step = swizzled ? 16 : m.padded_cols;
+  const bool writes_row_scale = threadIdx.x % kLanesPerBlock == 0;
+  uint8_t* __restrict__ row_out = o.row_data + t.base;  // step a row at a time
+  uint8_t* __restrict__ col_out = o.col_data + t.base;
 #pragma unroll
-    for (int i = 0; i < kWideRows; ++i) {
-      if (i < col_pass_cap_rows) {
-        uint32_t bytes[kOutWords];
-        QuantizePacked<In, kFormat, kVec>(w[i], factor, bytes);
-        StoreWords<kOutWords>(out, bytes);
+  for (int i = 0; i < kWideRows; i += 2) {
+    float amax[2];
+    if constexpr (kRow) PairRowAmax<In, kLanesPerBlock, 4>(w[i], w[i + 1], amax);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      uint8_t e = 0;
+      if constexpr (kRow) {
+        e = ScaleExponentOf<kFormat>(amax[u]);
+        if (writes_row_scale && i + u < data_rows) *row_scale = e;
+        row_scale += row_scale_step;
       }
-      out += t.stride;
+      if (i + u < cap_rows) {
+        float v[kVec];
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[k] = PackedValue<In>(w[i + u], k);
+        uint32_t bytes[kOutWords];
+        if constexpr (kRow) {
+          float row_factor[kVec];
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) row_factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
+          QuantizeValues<kFormat, kVec>(v, row_factor, bytes);
+          StoreWords<kOutWords>(row_out, bytes);
+        }
+        if constexpr (kCol) {
+          QuantizeValues<kFormat, kVec>(v, col_factor, bytes);
+          StoreWords<kOutWords>(col_out, bytes);
+        }
+      }
+      row_out += t.stride;
+      col_out += t.stride;
     }
   }
 
