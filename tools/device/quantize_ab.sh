@@ -6,6 +6,8 @@
 # files <name>.so: `tar cf - base.so new.so | xz -1 > build/ab/quantize_variants.tar.xz`) holds
 # <name>.so, picks that native module; otherwise the checkout's runs. Each run's
 # mxfp8_bench.json comes back as $OUT/run<i>_<entry>.json; the tables are printed.
+# One run of mixtral, deepseek-ep8 and qwen3-30b took 105 s on an H200 (2026-11-29, mostly
+# compiling): give BENCH_TIMEOUT room.
 #   VARIANTS="base new base new" bash tools/device/quantize_ab.sh
 #   VARIANTS="wide strips,JGG_MXFP8_STRIPS=1 wide strips,JGG_MXFP8_STRIPS=1" bash tools/device/quantize_ab.sh
 set -u
@@ -32,6 +34,8 @@ for spec in ${VARIANTS:?entries: a name, then settings after commas}; do
     --shapes "${SHAPES:-mixtral,mixtral-zipf,decode,decode-zipf}" --out "/tmp/quantize_ab/run$run" \
     > "/tmp/quantize_ab/run$run.log" 2>&1
   echo "=== run $run: $v rc=$?"
+  cp "/tmp/quantize_ab/run$run.log" "$out/run${run}_$v.log"  # kept even when the run timed out
+  [[ -f /tmp/quantize_ab/run$run/mxfp8_bench.json ]] || continue
   cp "/tmp/quantize_ab/run$run/mxfp8_bench.json" "$out/run${run}_$v.json"
   grep -E "^\| [a-z0-9-]+ \| (activation|weight) \|" "/tmp/quantize_ab/run$run/mxfp8_bench.md"
 done
