@@ -344,16 +344,20 @@ __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands
     }
   }
 
-  // Rowwise scales: rows of a lane lie in one 32-row group, 16 bytes apart swizzled.
-  const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
-  const int64_t row0 = job.row_tile * kTileRows + (threadIdx.x / 32) * kWideRows;
-  uint8_t* __restrict__ row_scale =
-      o.row_scales + r.scale_offset +
-      mxfp8::ScaleIndex(m, false, swizzled, row0, t.col0 / kBlockSize);
-  const int64_t row_scale_step = swizzled ? 16 : m.padded_cols;
+  // Rowwise scales: rows of a lane lie in one 32-row group, 16 bytes apart swizzled. The output
+  // pointers step a row at a time (null for an orientation the call does not write).
+  uint8_t* __restrict__ row_scale = nullptr;
+  int64_t row_scale_step = 0;
+  if constexpr (kRow) {
+    const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
+    const int64_t row0 = job.row_tile * kTileRows + (threadIdx.x / 32) * kWideRows;
+    row_scale = o.row_scales + r.scale_offset +
+                mxfp8::ScaleIndex(m, false, swizzled, row0, t.col0 / kBlockSize);
+    row_scale_step = swizzled ? 16 : m.padded_cols;
+  }
   const bool writes_row_scale = threadIdx.x % kLanesPerBlock == 0;
-  uint8_t* __restrict__ row_out = o.row_data + t.base;  // step a row at a time
-  uint8_t* __restrict__ col_out = o.col_data + t.base;
+  uint8_t* __restrict__ row_out = kRow ? o.row_data + t.base : nullptr;
+  uint8_t* __restrict__ col_out = kCol ? o.col_data + t.base : nullptr;
 #pragma unroll
   for (int i = 0; i < kWideRows; i += 2) {
     float amax[2];
@@ -383,8 +387,8 @@ __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands
           StoreWords<kOutWords>(col_out, bytes);
         }
       }
-      row_out += t.stride;
-      col_out += t.stride;
+      if constexpr (kRow) row_out += t.stride;
+      if constexpr (kCol) col_out += t.stride;
     }
   }
 
