@@ -31,3 +31,18 @@ def test_tiny_shapes_time_every_op_and_report(tmp_path):
   assert saved["copy"]["gb_per_s"] > 0 and saved["target_fraction_of_copy"] == 0.85
   table = (tmp_path / "mxfp8_bench.md").read_text()
   assert "| tiny | weight | 4x64x48 | quantize_both |" in table
+
+
+def test_ops_time_only_the_ops_named(tmp_path):
+  shapes = [shapes_lib.GroupedGemmShape("tiny", 96, 64, 48, 4)]
+  records = mxfp8_bench.run(shapes, str(tmp_path), calls=2, runs=2, copy_gib=1 / 1024,
+                            warmup_seconds=0, ops=("dequantize",))
+  assert {(r["tensor"], r["op"]) for r in records} == {("activation", "dequantize"),
+                                                       ("weight", "dequantize")}
+
+
+def test_ops_flag_rejects_an_unknown_op(tmp_path, capsys):
+  import pytest
+  with pytest.raises(SystemExit):
+    mxfp8_bench.main(["--out", str(tmp_path), "--ops", "dequantise"])
+  assert "--ops: unknown ['dequantise']" in capsys.readouterr().err

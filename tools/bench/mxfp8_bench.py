@@ -84,7 +84,7 @@ def _call(op: str, x, sizes, reference):
 
 
 def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float,
-        warmup_seconds: float = wp.DEFAULT_WARMUP_SECONDS) -> list[dict]:
+        warmup_seconds: float = wp.DEFAULT_WARMUP_SECONDS, ops=OPS) -> list[dict]:
   import jax
   import jax_grouped_gemm as jgg
 
@@ -106,7 +106,7 @@ def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float,
       done_weights.add(shape.dims) if tensor == "weight" else None
       x, sizes = _operands(shape, tensor)
       reference = jgg.mxfp8.quantize(x, sizes)
-      for op in OPS:
+      for op in ops:
         fn, operands, moved = _call(op, x, sizes, reference)
         try:
           fields = timer(fn, operands)
@@ -162,12 +162,18 @@ def main(argv=None):
   parser.add_argument("--out", required=True, help="directory for mxfp8_bench.{json,md}")
   parser.add_argument("--shapes", default=None,
                       help="comma-separated anchor names (default: all of tools/bench/shapes.py)")
+  parser.add_argument("--ops", default=",".join(OPS),
+                      help=f"comma-separated ops to time (default: all of {', '.join(OPS)})")
   parser.add_argument("--calls", type=int, default=10, help="calls per timed run (>= 10)")
   parser.add_argument("--runs", type=int, default=20, help="timed runs, median reported (>= 20)")
   parser.add_argument("--copy-gib", type=float, default=4.0, help="copy buffer size (GiB)")
   args = parser.parse_args(argv)
   names = None if args.shapes is None else [s for s in args.shapes.split(",") if s]
-  run(shapes_lib.by_name(names), args.out, args.calls, args.runs, args.copy_gib)
+  ops = [o for o in args.ops.split(",") if o]
+  unknown = [o for o in ops if o not in OPS]
+  if unknown:
+    parser.error(f"--ops: unknown {unknown}; known: {', '.join(OPS)}")
+  run(shapes_lib.by_name(names), args.out, args.calls, args.runs, args.copy_gib, ops=ops)
 
 
 if __name__ == "__main__":

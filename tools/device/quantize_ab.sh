@@ -9,6 +9,7 @@
 # One run of mixtral, deepseek-ep8 and qwen3-30b took 105 s on an H200 (2026-11-29, mostly
 # compiling): give BENCH_TIMEOUT room.
 #   VARIANTS="base new base new" bash tools/device/quantize_ab.sh
+#   OPS=dequantize SHAPES=mixtral,qwen3-30b VARIANTS="base new base new" bash tools/device/quantize_ab.sh
 #   VARIANTS="wide strips,JGG_MXFP8_STRIPS=1 wide strips,JGG_MXFP8_STRIPS=1" bash tools/device/quantize_ab.sh
 set -u
 out=${OUT:-/tmp/jgg-gpu}; mkdir -p "$out" /tmp/quantize_ab
@@ -31,7 +32,7 @@ for spec in ${VARIANTS:?entries: a name, then settings after commas}; do
     cp /tmp/quantize_ab/checkout.so.orig "$module"
   fi
   env "${fields[@]:1}" timeout "${BENCH_TIMEOUT:-200}" python3 -m tools.bench.mxfp8_bench \
-    --shapes "${SHAPES:-mixtral,mixtral-zipf,decode,decode-zipf}" --out "/tmp/quantize_ab/run$run" \
+    --shapes "${SHAPES:-mixtral,mixtral-zipf,decode,decode-zipf}" --ops "${OPS:-quantize_rowwise,quantize_colwise,quantize_both,dequantize}" --out "/tmp/quantize_ab/run$run" \
     > "/tmp/quantize_ab/run$run.log" 2>&1
   echo "=== run $run: $v rc=$?"
   cp "/tmp/quantize_ab/run$run.log" "$out/run${run}_$v.log"  # kept even when the run timed out
