@@ -4,15 +4,16 @@
 # times the SHAPES with the environment settings the entry carries after commas. The name
 # before the first comma labels the run and, where build/ab/quantize_variants.tar.xz (carried;
 # files <name>.so: `tar cf - base.so new.so | xz -1 > build/ab/quantize_variants.tar.xz`) holds
-# <name>.so, picks that native module; otherwise the checkout's runs. Each run's
-# mxfp8_bench.json comes back as $OUT/run<i>_<entry>.json; the tables are printed.
+# <name>.so, picks that native module; otherwise the checkout's runs. Each run's log and
+# mxfp8_bench.json go into $OUT/quantize_ab.tgz (run<i>_<entry>.{log,json}, rewritten after
+# every run: the device tool returns at most 8 files); the tables are printed.
 # One run of mixtral, deepseek-ep8 and qwen3-30b took 105 s on an H200 (2026-11-29, mostly
 # compiling): give BENCH_TIMEOUT room.
 #   VARIANTS="base new base new" bash tools/device/quantize_ab.sh
 #   OPS=dequantize SHAPES=mixtral,qwen3-30b VARIANTS="base new base new" bash tools/device/quantize_ab.sh
 #   VARIANTS="wide strips,JGG_MXFP8_STRIPS=1 wide strips,JGG_MXFP8_STRIPS=1" bash tools/device/quantize_ab.sh
 set -u
-out=${OUT:-/tmp/jgg-gpu}; mkdir -p "$out" /tmp/quantize_ab
+out=${OUT:-/tmp/jgg-gpu}; kept=/tmp/quantize_ab/kept; rm -rf "$kept"; mkdir -p "$out" "$kept"
 export PYTHONPATH=$PWD/python:$PWD/tests:$PWD
 module=python/jax_grouped_gemm/_jgg_native.cpython-312-x86_64-linux-gnu.so
 variants=build/ab/quantize_variants.tar.xz
@@ -35,8 +36,11 @@ for spec in ${VARIANTS:?entries: a name, then settings after commas}; do
     --shapes "${SHAPES:-mixtral,mixtral-zipf,decode,decode-zipf}" --ops "${OPS:-quantize_rowwise,quantize_colwise,quantize_both,dequantize}" --out "/tmp/quantize_ab/run$run" \
     > "/tmp/quantize_ab/run$run.log" 2>&1
   echo "=== run $run: $v rc=$?"
-  cp "/tmp/quantize_ab/run$run.log" "$out/run${run}_$v.log"  # kept even when the run timed out
+  cp "/tmp/quantize_ab/run$run.log" "$kept/run${run}_$v.log"  # kept even when the run timed out
+  if [[ -f /tmp/quantize_ab/run$run/mxfp8_bench.json ]]; then
+    cp "/tmp/quantize_ab/run$run/mxfp8_bench.json" "$kept/run${run}_$v.json"
+  fi
+  tar czf "$out/quantize_ab.tgz" -C "$kept" .
   [[ -f /tmp/quantize_ab/run$run/mxfp8_bench.json ]] || continue
-  cp "/tmp/quantize_ab/run$run/mxfp8_bench.json" "$out/run${run}_$v.json"
   grep -E "^\| [a-z0-9-]+ \| (activation|weight) \|" "/tmp/quantize_ab/run$run/mxfp8_bench.md"
 done
