@@ -4,7 +4,8 @@
 # alone: JGG_MXFP8_SMALL=0), compute-sanitizer memcheck over the
 # CUDA-vs-CPU byte-for-byte cases (ragged edge sizes, odd columns, every layout, many groups),
 # then the quantize / dequantize bandwidth benchmark on GPU 0.
-#   tools/device/mxfp8_gpu_check.sh [tests|persistent|memcheck|bench ...]   (default: all four)
+#   tools/device/mxfp8_gpu_check.sh [tests|persistent|memcheck|memcheck-persistent|bench ...]
+#   (default: tests persistent memcheck bench)
 # Logs under $OUT (or /tmp/jgg-gpu); exits non-zero if any step failed. On an H200
 # (2026-11-29) `tests` alone took 452 s (533 tests), `persistent` 95 s, `memcheck` 86 s and
 # `bench` 172 s: give `tests` a device call of its own.
@@ -34,6 +35,12 @@ for step in "${steps[@]}"; do
       compute-sanitizer --tool memcheck --error-exitcode 3 \
         python3 -m pytest -q -p no:cacheprovider tests/test_mxfp8_cuda.py -k byte_for_byte \
         2>&1 | tee "$out/memcheck.log"
+      ;;
+    memcheck-persistent)
+      # The same cases on the persistent kernels (most of them are small calls).
+      JGG_MXFP8_SMALL=0 compute-sanitizer --tool memcheck --error-exitcode 3 \
+        python3 -m pytest -q -p no:cacheprovider tests/test_mxfp8_cuda.py -k byte_for_byte \
+        2>&1 | tee "$out/memcheck_persistent.log"
       ;;
     bench)
       CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" \
