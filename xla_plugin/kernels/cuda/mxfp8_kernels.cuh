@@ -46,6 +46,13 @@ __device__ inline float PackedValue(const uint32_t* w, int k) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }
 
+// The first kCount elements of T packed in `w`, as f32.
+template <typename T, int kCount>
+__device__ inline void UnpackValues(const uint32_t* w, float (&v)[kCount]) {
+#pragma unroll
+  for (int k = 0; k < kCount; ++k) v[k] = PackedValue<T>(w, k);
+}
+
 // Rows of a 32-row tile that lie below `remaining` rows of the region (clamped to [0, 32]).
 __device__ inline int TileRowsBelow(int64_t remaining) {
   return remaining <= 0 ? 0 : remaining >= kTileRows ? kTileRows : static_cast<int>(remaining);
@@ -148,8 +155,7 @@ __device__ inline void QuantizeValues(const float* v, const float* factor, uint3
 template <typename In, Fp8Format kFormat, int kCount>
 __device__ inline void QuantizePacked(const uint32_t* w, const float* factor, uint32_t* bytes) {
   float v[kCount];
-#pragma unroll
-  for (int k = 0; k < kCount; ++k) v[k] = PackedValue<In>(w, k);
+  UnpackValues<In>(w, v);
   QuantizeValues<kFormat, kCount>(v, factor, bytes);
 }
 

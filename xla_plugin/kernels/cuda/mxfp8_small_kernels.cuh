@@ -269,8 +269,7 @@ __device__ void QuantizeSmallTile(const Grid& grid, const mxfp8::QuantizeOperand
 
   if constexpr (kCol) {
     float maxima[kVec], factor[kVec];
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) maxima[k] = PackedValue<In>(col_max, k);
+    UnpackValues<In>(col_max, maxima);
     uint32_t scale_words[kOutWords];
     ColumnScaleBytes<kFormat, kVec>(maxima, scale_words, factor);
     if (t.data_rows > 0 && t.data_cols > 0) {  // the tile's block row holds data

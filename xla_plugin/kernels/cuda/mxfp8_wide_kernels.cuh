@@ -284,7 +284,8 @@ __device__ inline uint32_t PackedMax(uint32_t acc, uint32_t m) {
 // Colwise maxima of this lane's chunk columns over the tile's 32 rows: packed |x| maxima over its
 // own rows, then over the 4 warps through shared memory (two barriers: all threads call).
 template <typename In>
-__device__ inline void TileColumnMaxima(const uint32_t (&w)[kWideRows][4], float* col_max) {
+__device__ inline void TileColumnMaxima(const uint32_t (&w)[kWideRows][4],
+                                        float (&col_max)[16 / sizeof(In)]) {
   __shared__ uint32_t partial[kWideThreads / 32][4][32];  // [warp][word][lane]
   uint32_t acc[4];
 #pragma unroll
@@ -304,8 +305,7 @@ __device__ inline void TileColumnMaxima(const uint32_t (&w)[kWideRows][4], float
     for (int u = 0; u < kWideThreads / 32; ++u) acc[k] = PackedMax<In>(acc[k], partial[u][k][lane]);
   }
   __syncthreads();  // `partial` is free for the next job
-#pragma unroll
-  for (int k = 0; k < 16 / static_cast<int>(sizeof(In)); ++k) col_max[k] = PackedValue<In>(acc, k);
+  UnpackValues<In>(acc, col_max);
 }
 
 // kFull (FullTile: every row and chunk of the tile is data): the compiler drops the per-row
@@ -371,9 +371,8 @@ __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands
         row_scale += row_scale_step;
       }
       if (i + u < cap_rows) {
-        float v[kVec];
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) v[k] = PackedValue<In>(w[i + u], k);
+        float v[kVec];  // one unpacking for both orientations
+        UnpackValues<In>(w[i + u], v);
         uint32_t bytes[kOutWords];
         if constexpr (kRow) {
           float row_factor[kVec];
