@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools.bench
 
 from tools.bench import mxfp8_bench  # noqa: E402
@@ -42,7 +44,6 @@ def test_ops_time_only_the_ops_named(tmp_path):
 
 
 def test_ops_flag_rejects_an_unknown_op(tmp_path, capsys):
-  import pytest
   with pytest.raises(SystemExit):
     mxfp8_bench.main(["--out", str(tmp_path), "--ops", "dequantise"])
   assert "--ops: unknown ['dequantise']" in capsys.readouterr().err

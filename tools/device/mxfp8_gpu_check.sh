@@ -30,17 +30,13 @@ for step in "${steps[@]}"; do
       JGG_MXFP8_SMALL=0 python3 -m pytest -q -p no:cacheprovider tests/test_mxfp8_cuda.py \
         tests/test_mxfp8_fused.py 2>&1 | tee "$out/mxfp8_tests_persistent.log"
       ;;
-    memcheck)
-      # --error-exitcode makes a reported access error fail the step even if pytest passes.
-      compute-sanitizer --tool memcheck --error-exitcode 3 \
+    memcheck|memcheck-persistent)
+      # --error-exitcode makes a reported access error fail the step even if pytest passes;
+      # memcheck-persistent runs the cases (most of them small calls) on the persistent kernels.
+      [[ $step == memcheck ]] && small=() || small=(JGG_MXFP8_SMALL=0)
+      env "${small[@]}" compute-sanitizer --tool memcheck --error-exitcode 3 \
         python3 -m pytest -q -p no:cacheprovider tests/test_mxfp8_cuda.py -k byte_for_byte \
-        2>&1 | tee "$out/memcheck.log"
-      ;;
-    memcheck-persistent)
-      # The same cases on the persistent kernels (most of them are small calls).
-      JGG_MXFP8_SMALL=0 compute-sanitizer --tool memcheck --error-exitcode 3 \
-        python3 -m pytest -q -p no:cacheprovider tests/test_mxfp8_cuda.py -k byte_for_byte \
-        2>&1 | tee "$out/memcheck_persistent.log"
+        2>&1 | tee "$out/$step.log"
       ;;
     bench)
       CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" \

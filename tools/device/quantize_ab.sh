@@ -33,14 +33,13 @@ for spec in ${VARIANTS:?entries: a name, then settings after commas}; do
     cp /tmp/quantize_ab/checkout.so.orig "$module"
   fi
   env "${fields[@]:1}" timeout "${BENCH_TIMEOUT:-200}" python3 -m tools.bench.mxfp8_bench \
-    --shapes "${SHAPES:-mixtral,mixtral-zipf,decode,decode-zipf}" --ops "${OPS:-quantize_rowwise,quantize_colwise,quantize_both,dequantize}" --out "/tmp/quantize_ab/run$run" \
+    --shapes "${SHAPES:-mixtral,mixtral-zipf,decode,decode-zipf}" ${OPS:+--ops "$OPS"} --out "/tmp/quantize_ab/run$run" \
     > "/tmp/quantize_ab/run$run.log" 2>&1
   echo "=== run $run: $v rc=$?"
   cp "/tmp/quantize_ab/run$run.log" "$kept/run${run}_$v.log"  # kept even when the run timed out
-  if [[ -f /tmp/quantize_ab/run$run/mxfp8_bench.json ]]; then
-    cp "/tmp/quantize_ab/run$run/mxfp8_bench.json" "$kept/run${run}_$v.json"
-  fi
+  json=/tmp/quantize_ab/run$run/mxfp8_bench.json
+  [[ -f $json ]] && cp "$json" "$kept/run${run}_$v.json"
   tar czf "$out/quantize_ab.tgz" -C "$kept" .
-  [[ -f /tmp/quantize_ab/run$run/mxfp8_bench.json ]] || continue
+  [[ -f $json ]] || continue
   grep -E "^\| [a-z0-9-]+ \| (activation|weight) \|" "/tmp/quantize_ab/run$run/mxfp8_bench.md"
 done
