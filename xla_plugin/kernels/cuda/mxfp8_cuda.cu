@@ -96,12 +96,13 @@ struct KernelState {  // one per kernel instantiation
 
 // Launches `kernel` over grid's jobs: one wave of CTAs taking jobs from the counter, zeroed
 // first (a memset node when captured), or each CTA its static share where the call has no
-// counter or the kernel cannot use it. Wide kernels take their copy stages as dynamic shared
-// memory (static and dynamic together pass the 48 KB a kernel gets without opting in).
+// counter or the kernel cannot use it. Wide kernels take their copy stages, `shared_bytes`, as
+// dynamic shared memory (static and dynamic together pass the 48 KB a kernel gets without
+// opting in).
 template <typename Kernel, typename... Args>
-cudaError_t LaunchJobs(Kernel kernel, Grid& grid, unsigned long long* job_counter,
-                       KernelState& state, cudaStream_t stream, Args... args) {
-  const int shared_bytes = grid.wide ? kWideStagesBytes : 0;
+cudaError_t LaunchJobs(Kernel kernel, Grid& grid, int shared_bytes,
+                       unsigned long long* job_counter, KernelState& state, cudaStream_t stream,
+                       Args... args) {
   const DeviceInfo gpu = CurrentDevice();
   if (shared_bytes > 0) {
     const cudaError_t e = AllowSharedBytes(kernel, shared_bytes, gpu.device, state.shared_opted_in);
@@ -134,11 +135,11 @@ struct QuantizeLaunch {
     if (grid.jobs == 0) return cudaSuccess;
     static KernelState wide_state, strip_state;
     if (grid.wide) {
-      return LaunchJobs(QuantizeWideKernel<In, kRow, kCol, kFormat>, grid, o.job_counter,
-                        wide_state, stream, o, p.swizzled);
+      return LaunchJobs(QuantizeWideKernel<In, kRow, kCol, kFormat>, grid, WideStagesBytes(16),
+                        o.job_counter, wide_state, stream, o, p.swizzled);
     }
-    return LaunchJobs(QuantizeKernel<In, kRow, kCol, kFormat>, grid, o.job_counter, strip_state,
-                      stream, o, p.swizzled);
+    return LaunchJobs(QuantizeKernel<In, kRow, kCol, kFormat>, grid, 0, o.job_counter,
+                      strip_state, stream, o, p.swizzled);
   }
 };
 
@@ -163,15 +164,17 @@ struct DequantizeLaunch {
     if (grid.jobs == 0) return cudaSuccess;
     static KernelState wide_state, half_wide_state, strip_state;
     if (grid.wide && grid.tile_cols == 32 * kWideDequantChunk) {
-      return LaunchJobs(DequantizeWideKernel<Out, kFormat, kWideDequantChunk>, grid, o.job_counter,
-                        wide_state, stream, o, p.colwise, p.swizzled);
+      return LaunchJobs(DequantizeWideKernel<Out, kFormat, kWideDequantChunk>, grid,
+                        WideStagesBytes(kWideDequantChunk), o.job_counter, wide_state, stream, o,
+                        p.colwise, p.swizzled);
     }
     if (grid.wide) {
       return LaunchJobs(DequantizeWideKernel<Out, kFormat, kWideDequantHalfChunk>, grid,
-                        o.job_counter, half_wide_state, stream, o, p.colwise, p.swizzled);
+                        WideStagesBytes(kWideDequantHalfChunk), o.job_counter, half_wide_state,
+                        stream, o, p.colwise, p.swizzled);
     }
-    return LaunchJobs(DequantizeKernel<Out, kFormat>, grid, o.job_counter, strip_state, stream,
-                      o, p.colwise, p.swizzled);
+    return LaunchJobs(DequantizeKernel<Out, kFormat>, grid, 0, o.job_counter, strip_state,
+                      stream, o, p.colwise, p.swizzled);
   }
 };
 

@@ -48,6 +48,10 @@ constexpr int kWideRows = kTileRows / (kWideThreads / 32);
 // idle that 256-column tiles fill (768 columns).
 constexpr int kWideDequantChunk = 16;
 constexpr int kWideDequantHalfChunk = 8;
+// Wide kernels copy each job into one of two shared-memory stages (mxfp8_wide_kernels.cuh), a
+// chunk per lane and row: 32 KB of dynamic shared memory in 16-byte chunks, 16 KB in 8-byte ones.
+constexpr int kWideStageChunks = kWideRows * kWideThreads;
+constexpr int WideStagesBytes(int chunk_bytes) { return 2 * kWideStageChunks * chunk_bytes; }
 
 struct Grid {
   GroupedShape shape;

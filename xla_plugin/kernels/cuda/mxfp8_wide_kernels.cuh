@@ -34,9 +34,18 @@ constexpr int WideQuantizeCtasPerSm() {
   return kRow && kCol && std::is_same_v<In, __nv_bfloat16> ? 3 : kWideMinCtasPerSm;
 }
 
-// Two stages of one 16-byte chunk per lane and row: 32 KB of dynamic shared memory.
-constexpr int kWideStageChunks = kWideRows * kWideThreads;
-constexpr int kWideStagesBytes = 2 * kWideStageChunks * 16;
+// CTAs per SM a wide dequantize kernel is built for: 8-byte chunks (16 KB of stages, 74
+// registers at this bound) ran the qwen3 weight ([128, 2048, 768]) 6% faster at 6 than at 4;
+// 16-byte chunks ran 9-10% slower at 5 (96 registers) than at 4 (99) on the mixtral rows (H200,
+// 2026-11-29).
+template <int kVec>
+constexpr int WideDequantizeCtasPerSm() {
+  return kVec == kWideDequantHalfChunk ? 6 : kWideMinCtasPerSm;
+}
+
+// A stage's slot for one lane's chunk of one row.
+template <int kChunkBytes>
+using StageSlot = std::conditional_t<kChunkBytes == 16, uint4, uint2>;
 
 // One lane's 16-byte chunk of kWideRows rows of a wide tile (the fields as for strips; rows
 // count from the lane's first row, row_tile * 32 + warp * kWideRows).
@@ -63,7 +72,7 @@ __device__ inline StripSpan MakeWideSpan(const Grid& grid, const TileJob& job, i
 // Copies the first src_bytes (0..kBytes) of the kBytes chunk at gmem (aligned to kBytes) to smem
 // and zeroes the rest of the chunk. cp.async.cg moves 16-byte chunks only; 8-byte ones take .ca.
 template <int kBytes>
-__device__ inline void CopyChunkAsync(uint4* smem, const void* gmem, int src_bytes) {
+__device__ inline void CopyChunkAsync(StageSlot<kBytes>* smem, const void* gmem, int src_bytes) {
   static_assert(kBytes == 16 || kBytes == 8);
 #ifdef __CUDA_ARCH__
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -98,10 +107,11 @@ __device__ inline void WaitCopies() {
 #endif
 }
 
-// The two stages, [stage][row][thread] chunks (dynamic shared memory of the launch).
+// The two stages, [stage][row][thread] chunks (dynamic shared memory of the launch,
+// WideStagesBytes of its chunk size).
 __device__ inline uint4* WideStages() {
 #ifdef JGG_SIMT_EMULATION
-  static uint4 stages[2 * kWideStageChunks];
+  static uint4 stages[WideStagesBytes(16) / 16];
   return stages;
 #else
   extern __shared__ uint4 wide_stages[];
@@ -109,18 +119,19 @@ __device__ inline uint4* WideStages() {
 #endif
 }
 
-__device__ inline uint4* StageOf(int round) {
-  return WideStages() + (round & 1) * kWideStageChunks;
+template <int kChunkBytes>
+__device__ inline StageSlot<kChunkBytes>* StageOf(int round) {
+  return reinterpret_cast<StageSlot<kChunkBytes>*>(WideStages()) + (round & 1) * kWideStageChunks;
 }
 
-// Starts the copies of this lane's chunks of `job` (kChunkBytes each: 16, or 8 into the low half
-// of a stage slot; elements of elem_bytes) into `stage` as one commit group; rows and columns
+// Starts the copies of this lane's chunks of `job` (kChunkBytes each: 16 or 8; elements of
+// elem_bytes) into `stage` as one commit group; rows and columns
 // outside the data are zero-filled. kFullTilePath: a FullTile job's copies skip the per-row
 // bounds (quantize: part of a 16% cut in its instructions; dequantize ran 0.6-1% slower with
 // it, so it keeps the bounded path: H200, 2026-11-28).
 template <int kChunkBytes, bool kFullTilePath>
 __device__ inline void IssueWideChunks(const Grid& grid, const void* data, int elem_bytes,
-                                       const TileJob& job, uint4* stage) {
+                                       const TileJob& job, StageSlot<kChunkBytes>* stage) {
   if (job.has_tile) {
     const StripSpan t = MakeWideSpan(grid, job, kChunkBytes / elem_bytes);
     const uint8_t* base = static_cast<const uint8_t*>(data) + t.base * elem_bytes;
@@ -158,9 +169,9 @@ __device__ inline void WaitForJob(bool next_in_flight) {
   }
 }
 
-// The first kBytes (16 or 8) of v as packed words.
+// A 16- or 8-byte chunk as packed words.
 template <int kBytes>
-__device__ inline void LeadingWords(const uint4& v, uint32_t (&w)[kBytes / 4]) {
+__device__ inline void LeadingWords(const StageSlot<kBytes>& v, uint32_t (&w)[kBytes / 4]) {
   static_assert(kBytes == 16 || kBytes == 8);
   w[0] = v.x;
   w[1] = v.y;
@@ -407,14 +418,16 @@ __global__ void __launch_bounds__(kWideThreads, (WideQuantizeCtasPerSm<In, kRow,
   ForEachPrefetchedJob(
       grid, o.group_sizes, o.job_counter,
       [&](const TileJob& job, int round) {
-        IssueWideChunks<16, /*kFullTilePath=*/true>(grid, o.x, sizeof(In), job, StageOf(round));
+        IssueWideChunks<16, /*kFullTilePath=*/true>(grid, o.x, sizeof(In), job, StageOf<16>(round));
       },
       [&](const TileJob& job, int round, bool next_in_flight) {
         WaitForJob(next_in_flight);
         if (job.has_tile && FullTile(grid, job)) {
-          QuantizeWideTile<In, kRow, kCol, kFormat, true>(grid, o, swizzled, job, StageOf(round));
+          QuantizeWideTile<In, kRow, kCol, kFormat, true>(grid, o, swizzled, job,
+                                                          StageOf<16>(round));
         } else if (job.has_tile) {
-          QuantizeWideTile<In, kRow, kCol, kFormat, false>(grid, o, swizzled, job, StageOf(round));
+          QuantizeWideTile<In, kRow, kCol, kFormat, false>(grid, o, swizzled, job,
+                                                           StageOf<16>(round));
         } else {
           ZeroScaleBytes(o.row_scales, job.tail_begin, job.tail_end, grid.aligned);
           ZeroScaleBytes(o.col_scales, job.tail_begin, job.tail_end, grid.aligned);
@@ -427,7 +440,7 @@ __global__ void __launch_bounds__(kWideThreads, (WideQuantizeCtasPerSm<In, kRow,
 template <typename Out, Fp8Format kFormat, int kVec>
 __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOperands& o,
                                    bool colwise, bool swizzled, const TileJob& job,
-                                   const uint4* stage) {
+                                   const StageSlot<kVec>* stage) {
   constexpr int kOutWords = kVec * sizeof(Out) / 4;
   const Region& r = job.region;
   const StripSpan t = MakeWideSpan(grid, job, kVec);
@@ -464,17 +477,18 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
 
 // kVec: fp8 codes per lane and row (kWideDequantChunk or kWideDequantHalfChunk).
 template <typename Out, Fp8Format kFormat, int kVec>
-__global__ void __launch_bounds__(kWideThreads, kWideMinCtasPerSm)
+__global__ void __launch_bounds__(kWideThreads, WideDequantizeCtasPerSm<kVec>())
     DequantizeWideKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
   ForEachPrefetchedJob(
       grid, o.group_sizes, o.job_counter,
       [&](const TileJob& job, int round) {
-        IssueWideChunks<kVec, /*kFullTilePath=*/false>(grid, o.data, 1, job, StageOf(round));
+        IssueWideChunks<kVec, /*kFullTilePath=*/false>(grid, o.data, 1, job, StageOf<kVec>(round));
       },
       [&](const TileJob& job, int round, bool next_in_flight) {
         WaitForJob(next_in_flight);
         if (job.has_tile) {
-          DequantizeWideTile<Out, kFormat, kVec>(grid, o, colwise, swizzled, job, StageOf(round));
+          DequantizeWideTile<Out, kFormat, kVec>(grid, o, colwise, swizzled, job,
+                                                 StageOf<kVec>(round));
         }
       });
 }
