@@ -418,7 +418,8 @@ __global__ void __launch_bounds__(kWideThreads, (WideQuantizeCtasPerSm<In, kRow,
   ForEachPrefetchedJob(
       grid, o.group_sizes, o.job_counter,
       [&](const TileJob& job, int round) {
-        IssueWideChunks<16, /*kFullTilePath=*/true>(grid, o.x, sizeof(In), job, StageOf<16>(round));
+        IssueWideChunks<16, /*kFullTilePath=*/true>(grid, o.x, sizeof(In), job,
+                                                    StageOf<16>(round));
       },
       [&](const TileJob& job, int round, bool next_in_flight) {
         WaitForJob(next_in_flight);
