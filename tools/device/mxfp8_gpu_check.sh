@@ -8,7 +8,9 @@
 #   (default: tests persistent memcheck bench)
 # Logs under $OUT (or /tmp/jgg-gpu); exits non-zero if any step failed. On an H200
 # (2026-11-29) `tests` alone took 452 s (533 tests), `persistent` 95 s, `memcheck` 86 s and
-# `bench` 172 s: give `tests` a device call of its own.
+# `bench` 172 s: give `tests` a device call of its own. `persistent` took 136 s and
+# `memcheck-persistent` ran past the rest of a 600 s call after 12 of its 21 cases (2026-11-29):
+# give it a call of its own too.
 set -uo pipefail
 out="${OUT:-/tmp/jgg-gpu}"
 mkdir -p "$out"
