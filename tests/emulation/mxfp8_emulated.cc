@@ -70,12 +70,12 @@ struct EmulatedDequantize {
     }
     const Grid grid = DequantizeGrid(p, o);
     if (grid.wide && grid.tile_cols == 32 * kWideDequantChunk) {
-      return EmulateJobs(DequantizeWideKernel<Out, kFormat, kWideDequantChunk>, grid, o,
-                         p.colwise, p.swizzled);
+      return EmulateJobs(WideDequantizeKernelFor<Out, kFormat, kWideDequantChunk>(p.colwise), grid,
+                         o, p.colwise, p.swizzled);
     }
     if (grid.wide) {
-      return EmulateJobs(DequantizeWideKernel<Out, kFormat, kWideDequantHalfChunk>, grid, o,
-                         p.colwise, p.swizzled);
+      return EmulateJobs(WideDequantizeKernelFor<Out, kFormat, kWideDequantHalfChunk>(p.colwise),
+                         grid, o, p.colwise, p.swizzled);
     }
     return EmulateJobs(DequantizeKernel<Out, kFormat>, grid, o, p.colwise, p.swizzled);
   }

@@ -162,16 +162,17 @@ struct DequantizeLaunch {
     }
     Grid grid = DequantizeGrid(p, o, WideAllowed());
     if (grid.jobs == 0) return cudaSuccess;
-    static KernelState wide_state, half_wide_state, strip_state;
+    // One state per kernel: 8-byte chunks have a kernel per orientation.
+    static KernelState wide_state, half_wide_states[2], strip_state;
     if (grid.wide && grid.tile_cols == 32 * kWideDequantChunk) {
-      return LaunchJobs(DequantizeWideKernel<Out, kFormat, kWideDequantChunk>, grid,
+      return LaunchJobs(WideDequantizeKernelFor<Out, kFormat, kWideDequantChunk>(p.colwise), grid,
                         WideStagesBytes(kWideDequantChunk), o.job_counter, wide_state, stream, o,
                         p.colwise, p.swizzled);
     }
     if (grid.wide) {
-      return LaunchJobs(DequantizeWideKernel<Out, kFormat, kWideDequantHalfChunk>, grid,
-                        WideStagesBytes(kWideDequantHalfChunk), o.job_counter, half_wide_state,
-                        stream, o, p.colwise, p.swizzled);
+      return LaunchJobs(WideDequantizeKernelFor<Out, kFormat, kWideDequantHalfChunk>(p.colwise),
+                        grid, WideStagesBytes(kWideDequantHalfChunk), o.job_counter,
+                        half_wide_states[p.colwise], stream, o, p.colwise, p.swizzled);
     }
     return LaunchJobs(DequantizeKernel<Out, kFormat>, grid, 0, o.job_counter, strip_state,
                       stream, o, p.colwise, p.swizzled);
