@@ -34,8 +34,8 @@ constexpr int WideQuantizeCtasPerSm() {
   return kRow && kCol && std::is_same_v<In, __nv_bfloat16> ? 3 : kWideMinCtasPerSm;
 }
 
-// CTAs per SM a wide dequantize kernel is built for: 8-byte chunks (16 KB of stages, 74
-// registers at this bound) ran the qwen3 weight ([128, 2048, 768]) 6% faster at 6 than at 4;
+// CTAs per SM a wide dequantize kernel is built for: 8-byte chunks (16 KB of stages, 72-78
+// registers at this bound) ran the qwen3 weight ([128, 2048, 768]) 10% faster at 6 than at 4;
 // 16-byte chunks ran 9-10% slower at 5 (96 registers) than at 4 (99) on the mixtral rows (H200,
 // 2026-11-29).
 template <int kVec>
