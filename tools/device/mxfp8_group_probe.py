@@ -1,0 +1,69 @@
+"""How an activation's grouping moves the MXFP8 quantize / dequantize time (issue 5).
+
+For the activation of each shape named (default: qwen3-30b and deepseek-ep8), times the ops
+of tools/bench/mxfp8_bench.py on the same x [M, K] under several group-size vectors with the
+same M, in the bench's loop: the anchor routing's sizes, those rounded to multiples of 32
+(no partial 32-row tile) and of 128 (no scale-tile padding), equal sizes, one group of M
+rows, and no group sizes at all (a plain matrix). A difference between rows is what the
+grouping itself costs: partial tiles, scale padding, locating jobs among many groups.
+Run on the device: PYTHONPATH=python:tests:. python3 tools/device/mxfp8_group_probe.py [shape ...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from tools.bench import jax_competitors, jax_loop, mxfp8_bench
+from tools.bench import shapes as shapes_lib
+from tools.bench import worker_protocol as wp
+
+OPS = ("quantize_rowwise", "quantize_colwise", "quantize_both", "dequantize")
+
+
+def _rounded(sizes: np.ndarray, multiple: int) -> np.ndarray:
+  """sizes rounded down to `multiple`, the rows lost added to the largest group (same sum).
+
+  The total stays M; M is a multiple of 128 for every anchor, so the result is too."""
+  out = (sizes // multiple) * multiple
+  out[np.argmax(out)] += int(sizes.sum() - out.sum())
+  return out.astype(np.int32)
+
+
+def groupings(shape: shapes_lib.GroupedGemmShape) -> dict:
+  sizes = shape.group_sizes()
+  m, g = shape.tokens, shape.experts
+  return {"routing": sizes, "multiples of 32": _rounded(sizes, 32),
+          "multiples of 128": _rounded(sizes, 128),
+          "equal": np.full(g, m // g, np.int32), "one group": np.array([m], np.int32),
+          "no group sizes": None}
+
+
+def main(names):
+  import jax
+  import jax.numpy as jnp
+  import jax_grouped_gemm as jgg
+
+  plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=30, runs=20, min_runs=20,
+                 run_budget_s=float("inf"), copy_bytes=1 << 30)
+  timer = jax_loop.LoopTimer(plan)
+  copy = jax_competitors._time_copy(timer, plan.copy_bytes)
+  copy_gbs = copy["bytes_moved"] / copy["seconds"] / 1e9
+  print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}: device copy {copy_gbs:.0f} GB/s")
+  print("| shape | grouping | op | us/call | % of copy |\n|---|---|---|---:|---:|")
+  for shape in shapes_lib.by_name(names):
+    x, _ = mxfp8_bench._operands(shape, "activation")
+    for label, sizes in groupings(shape).items():
+      device_sizes = None if sizes is None else jnp.asarray(sizes)
+      reference = jgg.mxfp8.quantize(x, device_sizes)
+      for op in OPS if sizes is not None else OPS[:3]:  # the bench's dequantize takes groups
+        fn, operands, moved = mxfp8_bench._call(op, x, device_sizes, reference)
+        seconds = timer(fn, operands)["seconds"]
+        print(f"| {shape.name} | {label} | {op} | {seconds * 1e6:.1f} | "
+              f"{100 * moved / seconds / 1e9 / copy_gbs:.1f} |", flush=True)
+      del reference
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:] or ["qwen3-30b", "deepseek-ep8"])
