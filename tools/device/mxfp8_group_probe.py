@@ -7,10 +7,16 @@ same M, in the bench's loop: the anchor routing's sizes, those rounded to multip
 rows, and no group sizes at all (a plain matrix). A difference between rows is what the
 grouping itself costs: partial tiles, scale padding, locating jobs among many groups.
 Run on the device: PYTHONPATH=python:tests:. python3 tools/device/mxfp8_group_probe.py [shape ...]
+For a profiler, ONCE=1 calls each op once per grouping instead of timing it, and OPS / GROUPINGS
+(comma-separated) pick some of them, e.g.
+  ONCE=1 OPS=quantize_both GROUPINGS="one group,equal" ncu -k regex:QuantizeWide \
+      --section WarpStateStats --section SourceCounters -o r python3 tools/device/mxfp8_group_probe.py qwen3-30b
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 
 import numpy as np
@@ -40,6 +46,32 @@ def groupings(shape: shapes_lib.GroupedGemmShape) -> dict:
           "no group sizes": None}
 
 
+def _picked(env: str, names) -> list:
+  wanted = os.environ.get(env)
+  return list(names) if not wanted else [n for n in names if n in wanted.split(",")]
+
+
+def call_once(names):
+  import jax
+  import jax.numpy as jnp
+  import jax_grouped_gemm as jgg
+
+  for shape in shapes_lib.by_name(names):
+    x, _ = mxfp8_bench._operands(shape, "activation")
+    table = groupings(shape)
+    for label in _picked("GROUPINGS", table):
+      sizes = None if table[label] is None else jnp.asarray(table[label])
+      ops = _picked("OPS", OPS if sizes is not None else OPS[:3])
+      # dequantize's input; quantized only when asked for, so a profiler sees only the ops named
+      quantize = jgg.mxfp8.quantize if "dequantize" in ops else functools.partial(
+          jax.eval_shape, jgg.mxfp8.quantize)
+      reference = quantize(x, sizes)
+      for op in ops:
+        fn, operands, _ = mxfp8_bench._call(op, x, sizes, reference)
+        jax.block_until_ready(jax.jit(fn)(*operands))
+        print(shape.name, label, op, flush=True)
+
+
 def main(names):
   import jax
   import jax.numpy as jnp
@@ -66,4 +98,4 @@ def main(names):
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:] or ["qwen3-30b", "deepseek-ep8"])
+  (call_once if os.environ.get("ONCE") else main)(sys.argv[1:] or ["qwen3-30b", "deepseek-ep8"])
