@@ -173,6 +173,11 @@ CASES = {
     # Wide tiles with more groups (300) than their CTA has threads (128).
     "many_groups_wide": ("varying_first", (700, 256), "bfloat16",
                          np.random.default_rng(1).integers(-2, 6, size=300)),
+    # Locating jobs among 40 groups: one group of 47 row tiles between runs of empty groups,
+    # small groups, and 443 rows past the groups.
+    "varying_first_skewed": ("varying_first", (2500, 256), "float16",
+                              [0] * 10 + [1500] + [0] * 8 + [3, 40, 0, 70, 2, 0, 33, 31, 64, 1, 5,
+                                                             0, 96, 17, 0, 9, 128, 1, 0, 45, 12]),
     # Groups of a few rows (a decode batch's experts) across several column tiles, and 8 rows
     # past the groups.
     "varying_first_few_rows": ("varying_first", (48, 2048), "bfloat16", [3, 8, 0, 9, 1, 5, 6, 8]),
