@@ -25,7 +25,11 @@ from tools.bench import jax_competitors, jax_loop, mxfp8_bench
 from tools.bench import shapes as shapes_lib
 from tools.bench import worker_protocol as wp
 
-OPS = ("quantize_rowwise", "quantize_colwise", "quantize_both", "dequantize")
+
+
+def _ops(sizes) -> tuple:
+  """The bench's ops for a grouping (its dequantize reads grouped codes: none without sizes)."""
+  return mxfp8_bench.OPS if sizes is not None else mxfp8_bench.OPS[:3]
 
 
 def _rounded(sizes: np.ndarray, multiple: int) -> np.ndarray:
@@ -61,7 +65,7 @@ def call_once(names):
     table = groupings(shape)
     for label in _picked("GROUPINGS", table):
       sizes = None if table[label] is None else jnp.asarray(table[label])
-      ops = _picked("OPS", OPS if sizes is not None else OPS[:3])
+      ops = _picked("OPS", _ops(sizes))
       # dequantize's input; quantized only when asked for, so a profiler sees only the ops named
       quantize = jgg.mxfp8.quantize if "dequantize" in ops else functools.partial(
           jax.eval_shape, jgg.mxfp8.quantize)
@@ -89,7 +93,7 @@ def main(names):
     for label, sizes in groupings(shape).items():
       device_sizes = None if sizes is None else jnp.asarray(sizes)
       reference = jgg.mxfp8.quantize(x, device_sizes)
-      for op in OPS if sizes is not None else OPS[:3]:  # the bench's dequantize takes groups
+      for op in _ops(sizes):
         fn, operands, moved = mxfp8_bench._call(op, x, device_sizes, reference)
         seconds = timer(fn, operands)["seconds"]
         print(f"| {shape.name} | {label} | {op} | {seconds * 1e6:.1f} | "
