@@ -3,9 +3,8 @@
 // shuffles are barriers at which a fiber yields until every live thread of its block (or warp)
 // has arrived, and a pass with no progress aborts as a deadlock. __shared__ variables are
 // statics (one CTA lives at a time). Covers what kernels written in this style use:
-// threadIdx/blockIdx/blockDim, __syncthreads, __shfl_{xor,up,}_sync and __ballot_sync over
-// full warps, __ffs, __ldg,
-// __stcs (a plain store), and
+// threadIdx/blockIdx/blockDim, __syncthreads, __shfl_{xor,up,}_sync, __ballot_sync and
+// __reduce_add_sync over full warps, __ffs, __ldg, __stcs (a plain store), and
 // the fp8/fp16/bf16 conversion intrinsics (their host paths: NVIDIA's software reference of
 // the instructions).
 // Include it before the kernel header; compile with g++ -std=c++20 -ffp-contract=off.
@@ -191,6 +190,11 @@ inline unsigned __ballot_sync(unsigned, int predicate) {
             << from;
   }
   return mask;
+}
+inline unsigned __reduce_add_sync(unsigned, unsigned value) {
+  unsigned sum = 0;
+  for (unsigned from = 0; from < 32; ++from) sum += ShuffleFrom(value, [from](unsigned) { return from; });
+  return sum;
 }
 inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
 
