@@ -7,7 +7,7 @@
 // groups (tiles restart at every group boundary), which is what makes any group size valid.
 // The grid is one wave (as many CTAs as fit on the GPU); a CTA takes its jobs one after another
 // from a job counter that the handler zeroes (so CTAs on less loaded SMs take more), finding
-// each job's group by a binary search over the groups' prefix sums, computed once per CTA with
+// each job's group by a warp-wide count over the groups' prefix sums, computed once per CTA with
 // block-wide scans of the device group sizes (no separate setup launch; without a counter, each
 // CTA does every ctas-th job, locating 16 at a time). The scale bytes that hold no real scale
 // (128x4 tile padding, the unused tail of the worst-case buffer) are zeroed by the CTAs that own
@@ -252,7 +252,7 @@ __device__ inline int LocateJobs(const Grid& grid, const int32_t* group_sizes, i
 
 // Inclusive prefix sums over the groups of a ragged layout (clamped sizes, then the tiles and
 // scale bytes of each group), computed once per CTA into shared memory so that locating any
-// job is a binary search. Ragged calls with more groups take the static path.
+// job is a count over them (GroupOfTile). Ragged calls with more groups take the static path.
 constexpr int kCachedGroups = 512;
 struct GroupPrefix {
   int64_t size_end[kCachedGroups];
