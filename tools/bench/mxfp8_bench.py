@@ -83,18 +83,26 @@ def _call(op: str, x, sizes, reference):
   return _function(op, sizes is not None), operands, _bytes_moved(op, x, reference.scale_inv.size)
 
 
+def timer_and_copy(calls: int, runs: int, copy_bytes: int = 1 << 30,
+                   warmup_seconds: float = wp.DEFAULT_WARMUP_SECONDS):
+  """The bench's loop timer (median of `runs` timed loops of `calls` calls) and the device copy
+  it measures over copy_bytes (the fields of jax_competitors._time_copy, plus gb_per_s): what
+  the bench and the probes beside it (tools/device/mxfp8_*_probe.py) time against."""
+  plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=calls, runs=runs, min_runs=runs,
+                 run_budget_s=float("inf"), copy_bytes=copy_bytes, warmup_seconds=warmup_seconds)
+  timer = jax_loop.LoopTimer(plan)
+  copy = jax_competitors._time_copy(timer, plan.copy_bytes)
+  return timer, {**copy, "gb_per_s": copy["bytes_moved"] / copy["seconds"] / 1e9}
+
+
 def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float,
         warmup_seconds: float = wp.DEFAULT_WARMUP_SECONDS, ops=OPS) -> list[dict]:
   import jax
   import jax_grouped_gemm as jgg
 
-  plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=calls, runs=runs, min_runs=runs,
-                 run_budget_s=float("inf"), copy_bytes=int(copy_gib * (1 << 30)),
-                 warmup_seconds=warmup_seconds)
-  timer = jax_loop.LoopTimer(plan)
+  timer, copy = timer_and_copy(calls, runs, int(copy_gib * (1 << 30)), warmup_seconds)
   device = jax.devices()[0]
-  copy = jax_competitors._time_copy(timer, plan.copy_bytes)
-  copy_gbs = copy["bytes_moved"] / copy["seconds"] / 1e9
+  copy_gbs = copy["gb_per_s"]
   print(f"device copy: {copy_gbs:.0f} GB/s ({copy['copy_method']})", flush=True)
   records = []
   same_bytes_copy = {}  # bytes moved -> seconds per call of x + 1 over them, in the same loop
@@ -129,7 +137,7 @@ def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float,
               f"({100 * same / fields['seconds']:5.1f}% of a copy of the same bytes)", flush=True)
       del x, sizes, reference
   result = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
-            "copy": {**copy, "gb_per_s": copy_gbs}, "target_fraction_of_copy": TARGET_FRACTION,
+            "copy": copy, "target_fraction_of_copy": TARGET_FRACTION,
             "records": records}
   table = markdown(result)
   wp.save_results(out_dir, "mxfp8_bench", result, table)

@@ -21,9 +21,8 @@ import sys
 
 import numpy as np
 
-from tools.bench import jax_competitors, jax_loop, mxfp8_bench
+from tools.bench import mxfp8_bench
 from tools.bench import shapes as shapes_lib
-from tools.bench import worker_protocol as wp
 
 
 
@@ -81,11 +80,8 @@ def main(names):
   import jax.numpy as jnp
   import jax_grouped_gemm as jgg
 
-  plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=30, runs=20, min_runs=20,
-                 run_budget_s=float("inf"), copy_bytes=1 << 30)
-  timer = jax_loop.LoopTimer(plan)
-  copy = jax_competitors._time_copy(timer, plan.copy_bytes)
-  copy_gbs = copy["bytes_moved"] / copy["seconds"] / 1e9
+  timer, copy = mxfp8_bench.timer_and_copy(calls=30, runs=20)
+  copy_gbs = copy["gb_per_s"]
   print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}: device copy {copy_gbs:.0f} GB/s")
   print("| shape | grouping | op | us/call | % of copy |\n|---|---|---|---:|---:|")
   for shape in shapes_lib.by_name(names):

@@ -19,9 +19,8 @@ import jax
 import jax.numpy as jnp
 
 import jax_grouped_gemm as jgg
-from tools.bench import jax_competitors, jax_loop, mxfp8_bench
+from tools.bench import jax_competitors, mxfp8_bench
 from tools.bench import shapes as shapes_lib
-from tools.bench import worker_protocol as wp
 
 sys.path.insert(0, os.path.dirname(__file__))
 import mxfp8_timeline  # noqa: E402  (a sibling script, not a package)
@@ -47,11 +46,8 @@ def copy_of(nbytes):
 
 
 def main():
-  plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=10, runs=20, min_runs=20,
-                 run_budget_s=float("inf"), copy_bytes=1 << 30)
-  timer = jax_loop.LoopTimer(plan)
-  copy = jax_competitors._time_copy(timer, plan.copy_bytes)
-  copy_gbs = copy["bytes_moved"] / copy["seconds"] / 1e9
+  timer, copy = mxfp8_bench.timer_and_copy(calls=10, runs=20)
+  copy_gbs = copy["gb_per_s"]
   print(f"copy of 1 GiB: {copy_gbs:.0f} GB/s", flush=True)
   shape = shapes_lib.by_name(["mixtral"])[0]
   x, sizes = mxfp8_bench._operands(shape, "activation")

@@ -14,8 +14,7 @@ import jax
 import jax.numpy as jnp
 
 import jax_grouped_gemm as jgg
-from tools.bench import jax_competitors, jax_loop, mxfp8_bench
-from tools.bench import worker_protocol as wp
+from tools.bench import jax_competitors, mxfp8_bench
 
 SHAPES = ((16384, 4096), (16384, 3840), (16384, 4352), (8192, 8192), (32768, 2048),
           (9344, 7168), (32768, 4096))
@@ -24,11 +23,8 @@ GROUPS = 8
 
 
 def main():
-  plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=30, runs=20, min_runs=20,
-                 run_budget_s=float("inf"), copy_bytes=1 << 30)
-  timer = jax_loop.LoopTimer(plan)
-  copy = jax_competitors._time_copy(timer, plan.copy_bytes)
-  copy_gbs = copy["bytes_moved"] / copy["seconds"] / 1e9
+  timer, copy = mxfp8_bench.timer_and_copy(calls=30, runs=20)
+  copy_gbs = copy["gb_per_s"]
   print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}: device copy {copy_gbs:.0f} GB/s")
   print("| rows x cols | op | us/call | % of copy | % of same-bytes copy |\n"
         "|---|---|---:|---:|---:|")
