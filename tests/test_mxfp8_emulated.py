@@ -173,6 +173,10 @@ CASES = {
     # Wide tiles with more groups (300) than their CTA has threads (128).
     "many_groups_wide": ("varying_first", (700, 256), "bfloat16",
                          np.random.default_rng(1).integers(-2, 6, size=300)),
+    # 256 groups (two whole slices of the warp's group count), the first 130 empty: every group
+    # of the first slice ends before any job.
+    "many_groups_whole_slices": ("varying_first", (600, 256), "bfloat16",
+                                 [0] * 130 + list(np.random.default_rng(3).integers(0, 5, size=126))),
     # Locating jobs among 40 groups: one group of 47 row tiles between runs of empty groups,
     # small groups, and 443 rows past the groups.
     "varying_first_skewed": ("varying_first", (2500, 256), "float16",

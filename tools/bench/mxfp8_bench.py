@@ -84,7 +84,7 @@ def _call(op: str, x, sizes, reference):
 
 
 def timer_and_copy(calls: int, runs: int, copy_bytes: int = 1 << 30,
-                   warmup_seconds: float = wp.DEFAULT_WARMUP_SECONDS):
+                   warmup_seconds: float = 0.0):
   """The bench's loop timer (median of `runs` timed loops of `calls` calls) and the device copy
   it measures over copy_bytes (the fields of jax_competitors._time_copy, plus gb_per_s): what
   the bench and the probes beside it (tools/device/mxfp8_*_probe.py) time against."""
