@@ -183,17 +183,29 @@ template <typename T>
 T __shfl_sync(unsigned, T value, int source) {
   return ShuffleFrom(value, [source](unsigned) { return static_cast<unsigned>(source) & 31u; });
 }
-inline unsigned __ballot_sync(unsigned, int predicate) {
-  unsigned mask = 0;
-  for (unsigned from = 0; from < 32; ++from) {  // each lane's predicate, by shuffle
-    mask |= static_cast<unsigned>(ShuffleFrom(predicate != 0 ? 1 : 0, [from](unsigned) { return from; }))
-            << from;
+// Every lane's value, in lane order: one exchange (two warp barriers) for a warp-wide vote or
+// reduction, where 32 shuffles would take 64.
+inline void WarpValues(uint32_t value, uint32_t (&out)[32]) {
+  const unsigned warp = threadIdx.x >> 5;
+  simt::cta->slots[threadIdx.x] = value;
+  simt::Arrive(simt::cta->warps[warp]);
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    out[lane] = static_cast<uint32_t>(simt::cta->slots[warp * 32 + lane]);
   }
+  simt::Arrive(simt::cta->warps[warp]);
+}
+inline unsigned __ballot_sync(unsigned, int predicate) {
+  uint32_t values[32];
+  WarpValues(predicate != 0 ? 1u : 0u, values);
+  unsigned mask = 0;
+  for (unsigned lane = 0; lane < 32; ++lane) mask |= values[lane] << lane;
   return mask;
 }
 inline unsigned __reduce_add_sync(unsigned, unsigned value) {
+  uint32_t values[32];
+  WarpValues(value, values);
   unsigned sum = 0;
-  for (unsigned from = 0; from < 32; ++from) sum += ShuffleFrom(value, [from](unsigned) { return from; });
+  for (unsigned lane = 0; lane < 32; ++lane) sum += values[lane];
   return sum;
 }
 inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
