@@ -25,7 +25,6 @@ from tools.bench import mxfp8_bench
 from tools.bench import shapes as shapes_lib
 
 
-
 def _ops(sizes) -> tuple:
   """The bench's ops for a grouping (its dequantize reads grouped codes: none without sizes)."""
   return mxfp8_bench.OPS if sizes is not None else mxfp8_bench.OPS[:3]
