@@ -160,6 +160,26 @@ __device__ inline void IssueWideChunks(const Grid& grid, const void* data, int e
   CommitCopies();
 }
 
+// Pulls the call's first round of jobs into L2 while the CTAs build their group prefix sums and
+// ask for their first jobs, so that DRAM is busy from the launch on: CTA c prefetches the c-th
+// tile-sized span of the input with one bulk (TMA) prefetch of its last thread, which nothing
+// waits on. Jobs go out in row-major tile order, so the CTAs' spans together cover the rows of
+// the first round's tiles (give or take the rows that groups' partial tiles shift).
+__device__ inline void PrefetchFirstRound(const Grid& grid, const void* data, int elem_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x != blockDim.x - 1) return;
+  const int64_t span = kTileRows * grid.tile_cols * elem_bytes;  // a multiple of 16 bytes
+  const int64_t end = mxfp8::DataElements(grid.shape) * elem_bytes;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * span;
+  const int64_t bytes = (MinI64(end, begin + span) - begin) & ~int64_t{15};
+  if (bytes <= 0) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(
+                   static_cast<const uint8_t*>(data) + begin),
+               "r"(static_cast<uint32_t>(bytes))
+               : "memory");
+#endif
+}
+
 // Waits for the current job's copies (the next job's, when prefetched, stay in flight).
 __device__ inline void WaitForJob(bool next_in_flight) {
   if (next_in_flight) {
@@ -415,6 +435,7 @@ __device__ void QuantizeWideTile(const Grid& grid, const mxfp8::QuantizeOperands
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
 __global__ void __launch_bounds__(kWideThreads, (WideQuantizeCtasPerSm<In, kRow, kCol>()))
     QuantizeWideKernel(Grid grid, mxfp8::QuantizeOperands o, bool swizzled) {
+  PrefetchFirstRound(grid, o.x, sizeof(In));
   ForEachPrefetchedJob(
       grid, o.group_sizes, o.job_counter,
       [&](const TileJob& job, int round) {
@@ -488,6 +509,7 @@ __device__ void DequantizeWideTile(const Grid& grid, const mxfp8::DequantizeOper
 template <typename Out, Fp8Format kFormat, int kVec, CodeOrientation kOrientation>
 __global__ void __launch_bounds__(kWideThreads, WideDequantizeCtasPerSm<kVec>())
     DequantizeWideKernel(Grid grid, mxfp8::DequantizeOperands o, bool colwise, bool swizzled) {
+  PrefetchFirstRound(grid, o.data, 1);
   ForEachPrefetchedJob(
       grid, o.group_sizes, o.job_counter,
       [&](const TileJob& job, int round) {
