@@ -95,6 +95,14 @@ def timer_and_copy(calls: int, runs: int, copy_bytes: int = 1 << 30,
   return timer, {**copy, "gb_per_s": copy["bytes_moved"] / copy["seconds"] / 1e9}
 
 
+def same_bytes_copy_seconds(timer, moved: int, cache: dict) -> float:
+  """Seconds per call of x + 1 over moved // 2 bytes (it reads and writes them: `moved` bytes
+  in all) in the timer's loop, timed once per size in `cache` (bytes moved -> seconds)."""
+  if moved not in cache:
+    cache[moved] = jax_competitors._time_copy(timer, moved // 2)["seconds"]
+  return cache[moved]
+
+
 def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float,
         warmup_seconds: float = wp.DEFAULT_WARMUP_SECONDS, ops=OPS) -> list[dict]:
   import jax
@@ -105,7 +113,7 @@ def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float,
   copy_gbs = copy["gb_per_s"]
   print(f"device copy: {copy_gbs:.0f} GB/s ({copy['copy_method']})", flush=True)
   records = []
-  same_bytes_copy = {}  # bytes moved -> seconds per call of x + 1 over them, in the same loop
+  same_bytes_copy = {}  # same_bytes_copy_seconds' cache
   done_weights = set()
   for shape in shapes:
     for tensor in ("activation", "weight"):
@@ -123,9 +131,7 @@ def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float,
           print(f"{shape.name} {tensor} {op}: n/a ({wp.short_error(e, 160)})", flush=True)
           continue
         gbs = moved / fields["seconds"] / 1e9
-        same = same_bytes_copy.get(moved)
-        if same is None:
-          same = same_bytes_copy[moved] = jax_competitors._time_copy(timer, moved // 2)["seconds"]
+        same = same_bytes_copy_seconds(timer, moved, same_bytes_copy)
         record = dict(shape=shape.name, tensor=tensor, op=op, dims=list(x.shape),
                       groups=None if sizes is None else int(sizes.shape[0]), bytes_moved=moved,
                       gb_per_s=gbs, fraction_of_copy=gbs / copy_gbs,

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 import jax_grouped_gemm as jgg
-from tools.bench import jax_competitors, mxfp8_bench
+from tools.bench import mxfp8_bench
 
 SHAPES = ((16384, 4096), (16384, 3840), (16384, 4352), (8192, 8192), (32768, 2048),
           (9344, 7168), (32768, 4096))
@@ -28,7 +28,7 @@ def main():
   print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}: device copy {copy_gbs:.0f} GB/s")
   print("| rows x cols | op | us/call | % of copy | % of same-bytes copy |\n"
         "|---|---|---:|---:|---:|")
-  same_bytes_copy = {}  # bytes moved -> seconds per call of a copy of them
+  same_bytes_copy = {}  # rowwise and colwise move the same bytes: one copy times both
   for rows, cols in SHAPES:
     x = jax.random.normal(jax.random.key(rows + cols), (rows, cols), jnp.bfloat16)
     sizes = jnp.full((GROUPS,), rows // GROUPS, jnp.int32)
@@ -36,9 +36,7 @@ def main():
     for op in OPS:
       fn, operands, moved = mxfp8_bench._call(op, x, sizes, reference)
       seconds = timer(fn, operands)["seconds"]
-      if moved not in same_bytes_copy:  # rowwise and colwise move the same bytes
-        same_bytes_copy[moved] = jax_competitors._time_copy(timer, moved // 2)["seconds"]
-      same = same_bytes_copy[moved]
+      same = mxfp8_bench.same_bytes_copy_seconds(timer, moved, same_bytes_copy)
       print(f"| {rows} x {cols} | {op} | {seconds * 1e6:.1f} | "
             f"{100 * moved / seconds / 1e9 / copy_gbs:.1f} | {100 * same / seconds:.1f} |",
             flush=True)
