@@ -5,8 +5,9 @@
 // Job: a tile of 32 rows (one colwise block) x tile_cols columns of one region (a group, or the
 // zero tail; see common/mxfp8_layout.h), or a chunk of scale bytes to zero. Tiles never span two
 // groups (tiles restart at every group boundary), which is what makes any group size valid.
-// The grid is one wave (as many CTAs as fit on the GPU); a CTA takes its jobs one after another
-// from a job counter that the handler zeroes (so CTAs on less loaded SMs take more), finding
+// The grid is one wave (as many CTAs as fit on the GPU); CTA c does jobs c and c + ctas, then
+// takes the rest one after another from a job counter that the handler zeroes (so CTAs on
+// less loaded SMs take more), finding
 // each job's group by a warp-wide count over the groups' prefix sums, computed once per CTA with
 // block-wide scans of the device group sizes (no separate setup launch; without a counter, each
 // CTA does every ctas-th job, locating 16 at a time). The scale bytes that hold no real scale
@@ -356,24 +357,22 @@ __device__ inline TileJob LocateCachedRaggedJob(const Grid& grid, const GroupPre
   return out;
 }
 
-// Runs do_job(job, round, more) for every job of the call, each taken by whichever CTA asks for
-// it next from `counter` (zero at launch): CTAs on less loaded SMs take more jobs, so all end
-// together. Job indices are asked for two rounds ahead, and prefetch(next, round + 1) runs
-// before do_job(job, round) (more: a next job was prefetched), so a kernel can have the next
-// job's loads in flight while it converts the current one. All threads must call.
+// Runs do_job(job, round, more) for every job of the call. CTA c's first two jobs are c and
+// c + ctas (no counter round trip before its first loads: per-CTA timer stamps put the two trips
+// at 0.5 us of a ragged call's start); the later ones are taken by whichever
+// CTA asks next from `counter` (zero at launch; it hands out jobs 2 * ctas on), so CTAs on less
+// loaded SMs take more and all end together. Job indices are asked for two rounds ahead, and
+// prefetch(next, round + 1) runs before do_job(job, round) (more: a next job was prefetched),
+// so a kernel can have the next job's loads in flight while it converts the current one. All
+// threads must call.
 template <typename Prefetch, typename DoJob>
 __device__ inline void ForEachDynamicJob(const Grid& grid, const int32_t* group_sizes,
                                          unsigned long long* counter, Prefetch prefetch,
                                          DoJob do_job) {
   __shared__ GroupPrefix prefix;
-  __shared__ unsigned long long fetched[3];  // indices of rounds r, r + 1, r + 2 (mod 3)
+  __shared__ int64_t fetched[3];  // index of round r in slot r % 3, from round 2 on
   const bool ragged = RaggedLayout(grid.shape);
   if (ragged) BuildGroupPrefix(grid, group_sizes, prefix);
-  if (threadIdx.x == 0) {
-    fetched[0] = atomicAdd(counter, 1ull);
-    fetched[1] = atomicAdd(counter, 1ull);
-  }
-  __syncthreads();
   const auto locate = [&](int64_t index) {
     TileJob job;
     if (ragged) {
@@ -383,12 +382,13 @@ __device__ inline void ForEachDynamicJob(const Grid& grid, const int32_t* group_
     }
     return job;
   };
-  // Indices grow with every fetch: once one is past the end, so are all later ones.
-  if (static_cast<int64_t>(fetched[0]) >= grid.jobs) return;
-  TileJob job = locate(static_cast<int64_t>(fetched[0]));
+  // Indices grow from round to round: once one is past the end, so are all later ones.
+  const int64_t first_index = blockIdx.x, dynamic_base = 2 * grid.ctas;
+  if (first_index >= grid.jobs) return;
+  TileJob job = locate(first_index);
   prefetch(job, 0);
   for (int round = 0;; ++round) {
-    const int64_t next_index = static_cast<int64_t>(fetched[(round + 1) % 3]);
+    const int64_t next_index = round == 0 ? first_index + grid.ctas : fetched[(round + 1) % 3];
     unsigned long long later = 0;
     if (threadIdx.x == 0) later = atomicAdd(counter, 1ull);
     const bool more = next_index < grid.jobs;  // the same for every thread
@@ -398,7 +398,7 @@ __device__ inline void ForEachDynamicJob(const Grid& grid, const int32_t* group_
       prefetch(next, round + 1);
     }
     do_job(job, round, more);
-    if (threadIdx.x == 0) fetched[(round + 2) % 3] = later;
+    if (threadIdx.x == 0) fetched[(round + 2) % 3] = dynamic_base + static_cast<int64_t>(later);
     __syncthreads();  // publishes round + 2's index; the slot written was last read a round ago
     if (!more) return;
     job = next;

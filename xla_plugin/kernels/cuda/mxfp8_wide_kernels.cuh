@@ -162,10 +162,10 @@ __device__ inline void IssueWideChunks(const Grid& grid, const void* data, int e
 }
 
 // Pulls the call's first round of jobs into L2 while the CTAs build their group prefix sums and
-// ask for their first jobs, so that DRAM is busy from the launch on: CTA c prefetches the c-th
+// locate their first jobs, so that DRAM is busy from the launch on: CTA c prefetches the c-th
 // tile-sized span of the input with one bulk (TMA) prefetch of its last thread, which nothing
-// waits on. Jobs go out in row-major tile order, so the CTAs' spans together cover the rows of
-// the first round's tiles (give or take the rows that groups' partial tiles shift).
+// waits on. CTA c's first job is tile c in row-major tile order, so the span holds its rows
+// (give or take the rows that groups' partial tiles shift).
 __device__ inline void PrefetchFirstRound(const Grid& grid, const void* data, int elem_bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x != blockDim.x - 1) return;
