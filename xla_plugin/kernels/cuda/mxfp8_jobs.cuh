@@ -38,7 +38,7 @@ constexpr int kMaxThreads = 128;          // small CTAs: fine-grained column til
 // Register caps of __launch_bounds__: 4 CTAs per SM (<= 128 registers) keep 128 KB of loads in
 // flight per SM; without a cap ptxas takes up to 186 registers (3 CTAs).
 constexpr int kMinCtasPerSm = 4;
-constexpr int kMinCtasPerSmBoth = 3;  // 166 registers, no spills (at 128: 200 bytes spilled)
+constexpr int kMinCtasPerSmBoth = 3;  // strips: 168 registers, 246 bytes spilled (bf16, 2026-11-29)
 constexpr int kStripBytes = 8;            // input bytes per thread and row (quantize)
 constexpr int kDequantVec = 4;            // fp8 bytes per thread and row (dequantize)
 constexpr int64_t kTailChunkBytes = 16384;  // scale bytes one CTA zeroes past the groups
