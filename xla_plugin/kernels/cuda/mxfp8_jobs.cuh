@@ -6,11 +6,10 @@
 // zero tail; see common/mxfp8_layout.h), or a chunk of scale bytes to zero. Tiles never span two
 // groups (tiles restart at every group boundary), which is what makes any group size valid.
 // The grid is one wave (as many CTAs as fit on the GPU); CTA c does jobs c and c + ctas, then
-// takes the rest one after another from a job counter that the handler zeroes (so CTAs on
-// less loaded SMs take more), finding
-// each job's group by a warp-wide count over the groups' prefix sums, computed once per CTA with
-// block-wide scans of the device group sizes (no separate setup launch; without a counter, each
-// CTA does every ctas-th job, locating 16 at a time). The scale bytes that hold no real scale
+// takes the rest one after another from a job counter that the handler zeroes (so CTAs on less
+// loaded SMs take more), finding each job's group by a warp-wide count over the groups' prefix
+// sums, computed once per CTA with block-wide scans of the device group sizes (no separate setup
+// launch; without a counter, each CTA does every ctas-th job, locating 16 at a time). The scale bytes that hold no real scale
 // (128x4 tile padding, the unused tail of the worst-case buffer) are zeroed by the CTAs that own
 // them: one launch per call.
 //
@@ -358,10 +357,10 @@ __device__ inline TileJob LocateCachedRaggedJob(const Grid& grid, const GroupPre
 }
 
 // Runs do_job(job, round, more) for every job of the call. CTA c's first two jobs are c and
-// c + ctas (no counter round trip before its first loads: per-CTA timer stamps put the two trips
-// at 0.5 us of a ragged call's start); the later ones are taken by whichever
-// CTA asks next from `counter` (zero at launch; it hands out jobs 2 * ctas on), so CTAs on less
-// loaded SMs take more and all end together. Job indices are asked for two rounds ahead, and
+// c + ctas, so no counter round trip comes before its first loads (per-CTA timer stamps put the
+// two trips at 0.5 us of a ragged call's start); each later job goes to whichever CTA asks next
+// from `counter` (zero at launch; it hands out jobs 2 * ctas on), so CTAs on less loaded SMs
+// take more and all end together. Job indices are asked for two rounds ahead, and
 // prefetch(next, round + 1) runs before do_job(job, round) (more: a next job was prefetched),
 // so a kernel can have the next job's loads in flight while it converts the current one. All
 // threads must call.
