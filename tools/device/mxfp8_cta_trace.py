@@ -6,8 +6,9 @@ patch stamps ForEachDynamicJob and exports jgg_mxfp8_trace_read; revert it after
 row, times the bench's loop (mxfp8_bench.timer_and_copy), then reads, for the newest call:
 the kernel's span (first CTA entry to last exit) and the gap since the previous call's last
 exit (the loop's other work, the counter's memset, the launch), the medians of each CTA's
-start (prefix sums built, first job indices fetched: since the static first two rounds the
-same stamp as the prefix sums, first loads issued, first job done), and its end (the last job's length, how long before the last exit the CTAs leave).
+start (prefix sums built; first job indices fetched, since the static first two rounds the
+same stamp as the prefix sums; first loads issued; first job done), and its end (the last
+job's length, how long before the last exit the CTAs leave).
 Run on the device: PYTHONPATH=python:tests:. python3 tools/device/mxfp8_cta_trace.py
 """
 

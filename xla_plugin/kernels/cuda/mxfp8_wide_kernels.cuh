@@ -13,10 +13,10 @@
 // memory, so no tile is stashed and "both" converts each row to both orientations from one
 // unpacking of its elements.
 // Loads are cp.async copies (16 or 8 bytes) into two shared-memory stages: while a CTA converts
-// one job, the next job's copies (taken from the job counter two rounds ahead) are in flight, so
-// an SM's bytes in flight do not drop between jobs. Each lane reads back only the chunks it copied: no
-// barrier guards the stages. At launch each CTA prefetches its likely first job into L2
-// (PrefetchFirstRound), so DRAM works while the CTAs locate their first jobs.
+// one job, the next job's copies are in flight (ForEachDynamicJob), so an SM's bytes in flight
+// do not drop between jobs. Each lane reads back only the chunks it copied: no barrier guards
+// the stages. At launch each CTA prefetches its first job's rows into L2 (PrefetchFirstRound),
+// so DRAM works while the CTAs locate their first jobs.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_WIDE_KERNELS_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_WIDE_KERNELS_CUH_
 
