@@ -47,3 +47,16 @@ def test_ops_flag_rejects_an_unknown_op(tmp_path, capsys):
   with pytest.raises(SystemExit):
     mxfp8_bench.main(["--out", str(tmp_path), "--ops", "dequantise"])
   assert "--ops: unknown ['dequantise']" in capsys.readouterr().err
+
+
+def test_tensors_time_only_the_tensors_named(tmp_path):
+  shapes = [shapes_lib.GroupedGemmShape("tiny", 96, 64, 48, 4)]
+  records = mxfp8_bench.run(shapes, str(tmp_path), calls=2, runs=2, copy_gib=1 / 1024,
+                            warmup_seconds=0, ops=("quantize_rowwise",), tensors=("activation",))
+  assert {(r["tensor"], r["op"]) for r in records} == {("activation", "quantize_rowwise")}
+
+
+def test_tensors_flag_rejects_an_unknown_tensor(tmp_path, capsys):
+  with pytest.raises(SystemExit):
+    mxfp8_bench.main(["--out", str(tmp_path), "--tensors", "weights"])
+  assert "--tensors: unknown ['weights']" in capsys.readouterr().err

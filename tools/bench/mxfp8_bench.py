@@ -30,6 +30,7 @@ from tools.bench import shapes as shapes_lib
 from tools.bench import worker_protocol as wp
 
 OPS = ("quantize_rowwise", "quantize_colwise", "quantize_both", "dequantize")
+TENSORS = ("activation", "weight")
 TARGET_FRACTION = 0.85
 
 
@@ -104,7 +105,8 @@ def same_bytes_copy_seconds(timer, moved: int, cache: dict) -> float:
 
 
 def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float,
-        warmup_seconds: float = wp.DEFAULT_WARMUP_SECONDS, ops=OPS) -> list[dict]:
+        warmup_seconds: float = wp.DEFAULT_WARMUP_SECONDS, ops=OPS,
+        tensors=TENSORS) -> list[dict]:
   import jax
   import jax_grouped_gemm as jgg
 
@@ -116,7 +118,7 @@ def run(shapes, out_dir: str, calls: int, runs: int, copy_gib: float,
   same_bytes_copy = {}  # same_bytes_copy_seconds' cache
   done_weights = set()
   for shape in shapes:
-    for tensor in ("activation", "weight"):
+    for tensor in tensors:
       if tensor == "weight" and shape.dims in done_weights:
         continue  # routing variants share the weights
       done_weights.add(shape.dims) if tensor == "weight" else None
@@ -178,6 +180,8 @@ def main(argv=None):
                       help="comma-separated anchor names (default: all of tools/bench/shapes.py)")
   parser.add_argument("--ops", default=",".join(OPS),
                       help=f"comma-separated ops to time (default: all of {', '.join(OPS)})")
+  parser.add_argument("--tensors", default=",".join(TENSORS),
+                      help=f"comma-separated tensors to time (default: {', '.join(TENSORS)})")
   parser.add_argument("--calls", type=int, default=10, help="calls per timed run (>= 10)")
   parser.add_argument("--runs", type=int, default=20, help="timed runs, median reported (>= 20)")
   parser.add_argument("--copy-gib", type=float, default=4.0, help="copy buffer size (GiB)")
@@ -187,7 +191,12 @@ def main(argv=None):
   unknown = [o for o in ops if o not in OPS]
   if unknown:
     parser.error(f"--ops: unknown {unknown}; known: {', '.join(OPS)}")
-  run(shapes_lib.by_name(names), args.out, args.calls, args.runs, args.copy_gib, ops=ops)
+  tensors = [t for t in args.tensors.split(",") if t]
+  unknown = [t for t in tensors if t not in TENSORS]
+  if unknown:
+    parser.error(f"--tensors: unknown {unknown}; known: {', '.join(TENSORS)}")
+  run(shapes_lib.by_name(names), args.out, args.calls, args.runs, args.copy_gib, ops=ops,
+      tensors=tensors)
 
 
 if __name__ == "__main__":

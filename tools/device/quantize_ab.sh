@@ -11,6 +11,7 @@
 # compiling): give BENCH_TIMEOUT room.
 #   VARIANTS="base new base new" bash tools/device/quantize_ab.sh
 #   OPS=dequantize SHAPES=mixtral,qwen3-30b VARIANTS="base new base new" bash tools/device/quantize_ab.sh
+#   TENSORS=activation SHAPES=decode,decode-zipf VARIANTS="base new base new" bash tools/device/quantize_ab.sh
 #   VARIANTS="wide strips,JGG_MXFP8_STRIPS=1 wide strips,JGG_MXFP8_STRIPS=1" bash tools/device/quantize_ab.sh
 set -u
 out=${OUT:-/tmp/jgg-gpu}; kept=/tmp/quantize_ab/kept; rm -rf "$kept"; mkdir -p "$out" "$kept"
@@ -33,7 +34,8 @@ for spec in ${VARIANTS:?entries: a name, then settings after commas}; do
     cp /tmp/quantize_ab/checkout.so.orig "$module"
   fi
   env "${fields[@]:1}" timeout "${BENCH_TIMEOUT:-200}" python3 -m tools.bench.mxfp8_bench \
-    --shapes "${SHAPES:-mixtral,mixtral-zipf,decode,decode-zipf}" ${OPS:+--ops "$OPS"} --out "/tmp/quantize_ab/run$run" \
+    --shapes "${SHAPES:-mixtral,mixtral-zipf,decode,decode-zipf}" ${OPS:+--ops "$OPS"} \
+    ${TENSORS:+--tensors "$TENSORS"} --out "/tmp/quantize_ab/run$run" \
     > "/tmp/quantize_ab/run$run.log" 2>&1
   echo "=== run $run: $v rc=$?"
   cp "/tmp/quantize_ab/run$run.log" "$kept/run${run}_$v.log"  # kept even when the run timed out
