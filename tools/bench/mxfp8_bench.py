@@ -187,16 +187,17 @@ def main(argv=None):
   parser.add_argument("--copy-gib", type=float, default=4.0, help="copy buffer size (GiB)")
   args = parser.parse_args(argv)
   names = None if args.shapes is None else [s for s in args.shapes.split(",") if s]
-  ops = [o for o in args.ops.split(",") if o]
-  unknown = [o for o in ops if o not in OPS]
-  if unknown:
-    parser.error(f"--ops: unknown {unknown}; known: {', '.join(OPS)}")
-  tensors = [t for t in args.tensors.split(",") if t]
-  unknown = [t for t in tensors if t not in TENSORS]
-  if unknown:
-    parser.error(f"--tensors: unknown {unknown}; known: {', '.join(TENSORS)}")
-  run(shapes_lib.by_name(names), args.out, args.calls, args.runs, args.copy_gib, ops=ops,
-      tensors=tensors)
+
+  def chosen(flag, value, known):
+    """The comma-separated names of `flag`, each one of `known`."""
+    picked = [v for v in value.split(",") if v]
+    unknown = [v for v in picked if v not in known]
+    if unknown:
+      parser.error(f"{flag}: unknown {unknown}; known: {', '.join(known)}")
+    return picked
+
+  run(shapes_lib.by_name(names), args.out, args.calls, args.runs, args.copy_gib,
+      ops=chosen("--ops", args.ops, OPS), tensors=chosen("--tensors", args.tensors, TENSORS))
 
 
 if __name__ == "__main__":
