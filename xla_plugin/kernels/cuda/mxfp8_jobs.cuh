@@ -9,9 +9,9 @@
 // takes the rest one after another from a job counter that the handler zeroes (so CTAs on less
 // loaded SMs take more), finding each job's group by a warp-wide count over the groups' prefix
 // sums, computed once per CTA with block-wide scans of the device group sizes (no separate setup
-// launch; without a counter, each CTA does every ctas-th job, locating 16 at a time). The scale bytes that hold no real scale
-// (128x4 tile padding, the unused tail of the worst-case buffer) are zeroed by the CTAs that own
-// them: one launch per call.
+// launch; without a counter, each CTA does every ctas-th job, locating 16 at a time). The scale
+// bytes that hold no real scale (128x4 tile padding, the unused tail of the worst-case buffer)
+// are zeroed by the CTAs that own them: one launch per call.
 //
 // Device code only, so that tests/test_mxfp8_emulated.py can run it on the CPU under a SIMT
 // emulator.
@@ -37,7 +37,8 @@ constexpr int kMaxThreads = 128;          // small CTAs: fine-grained column til
 // Register caps of __launch_bounds__: 4 CTAs per SM (<= 128 registers) keep 128 KB of loads in
 // flight per SM; without a cap ptxas takes up to 186 registers (3 CTAs).
 constexpr int kMinCtasPerSm = 4;
-constexpr int kMinCtasPerSmBoth = 3;  // strips: 168 registers, 246 bytes spilled (bf16, 2026-11-29)
+// Strip "both" kernels: 168 registers, 246 bytes spilled (bf16, ptxas 2026-11-29).
+constexpr int kMinCtasPerSmBoth = 3;
 constexpr int kStripBytes = 8;            // input bytes per thread and row (quantize)
 constexpr int kDequantVec = 4;            // fp8 bytes per thread and row (dequantize)
 constexpr int64_t kTailChunkBytes = 16384;  // scale bytes one CTA zeroes past the groups
