@@ -185,6 +185,9 @@ CASES = {
     # Groups of a few rows (a decode batch's experts) across several column tiles, and 8 rows
     # past the groups.
     "varying_first_few_rows": ("varying_first", (48, 2048), "bfloat16", [3, 8, 0, 9, 1, 5, 6, 8]),
+    # Groups of 17 rows and no tail: the small kernels' worst case of warp jobs, met exactly
+    # (each group is one tile of four strips).
+    "varying_first_tight_strips": ("varying_first", (204, 256), "bfloat16", [17] * 12),
     # Sizes past the extent (clamped: the running sums stop at the rows), within one lane's
     # groups and across the lanes of the small kernels' warp scans (40 groups, 2 per lane).
     "varying_first_clamped": ("varying_first", (100, 512), "bfloat16",

@@ -71,16 +71,29 @@ struct Grid {
 // group sizes, spreading that cost over several tiles.
 constexpr int kJobsPerLocate = 16;
 
-// Small launches (mxfp8_small_kernels.cuh): one job per warp, no job counter. CTAs
-// [0, SmallDataCtas) convert the data tiles; quantize's further CTAs zero scale words,
+// Small launches (mxfp8_small_kernels.cuh): no job counter; each warp converts one strip of a
+// data tile (its warp job): the tile's rows split among the lanes in batches of kSmallBatch,
+// and the lanes of a batch over a strip of the tile's 32 chunks. A tile of up to 8 rows is one
+// strip of all 32 chunks, of up to 16 rows two strips of 16 chunks, else four strips of 8.
+// CTAs [0, SmallDataCtas) do the warp jobs; quantize's further CTAs zero scale words,
 // kSmallScaleWordsPerThread 16-byte words of each scale buffer per thread. Built for
 // kMinCtasPerSm CTAs per SM (<= 128 registers; unbounded, ptxas took 139-191 and a decode
 // batch's CTAs ran in two or three waves).
-constexpr int kSmallThreads = kMaxThreads;  // 4 warps, a job each
+constexpr int kSmallThreads = kMaxThreads;  // 4 warps, a warp job each
 constexpr int kSmallWarps = kSmallThreads / 32;
+constexpr int kSmallBatch = 8;  // rows per lane, whose loads it has in flight at once
 constexpr int kSmallScaleWordsPerThread = 4;
 __host__ __device__ inline int64_t SmallDataCtas(const Grid& grid) {
-  return CeilDiv(grid.data_tiles, kSmallWarps);
+  return CeilDiv(grid.data_tiles, kSmallWarps);  // data_tiles: the warp jobs, in small grids
+}
+// Strips of a tile of `rows` rows (1..32), and of a region's tiles (`rows` rows in all): at
+// most ceil(rows / 8) + 1.
+__host__ __device__ constexpr int TileStrips(int64_t rows) {
+  return rows <= kSmallBatch ? 1 : rows <= 2 * kSmallBatch ? 2 : kTileRows / kSmallBatch;
+}
+__host__ __device__ constexpr int64_t RegionStrips(int64_t rows) {
+  return rows / kTileRows * TileStrips(kTileRows) +
+         (rows % kTileRows == 0 ? 0 : TileStrips(rows % kTileRows));
 }
 
 // What one job of a CTA does, identical for all its threads (lives in shared memory).

@@ -114,11 +114,22 @@ inline bool SmallTiles(const GroupedShape& s, int chunk_elements, bool aligned) 
          mxfp8::DataElements(s) < kLimit && mxfp8::ScaleBufferBytes(s) < kLimit;
 }
 
-// The small launch of a call in chunks of `chunk_elements`: its data tiles (32 rows x 32 lanes'
-// chunks), one per warp, then, for quantize, the CTAs that zero the scale buffers' padding.
+// The small launch of a call in chunks of `chunk_elements`: the strips of its data tiles (32
+// rows x 32 lanes' chunks; mxfp8_jobs.cuh), one per warp (grid.data_tiles counts strips here,
+// the worst case over all group sizes), then, for quantize, the CTAs that zero the scale
+// buffers' padding.
 inline Grid SmallGrid(const GroupedShape& s, int chunk_elements, bool scale_words) {
   Grid grid = MakeGrid(s, 32 * static_cast<int64_t>(chunk_elements), kSmallThreads,
                        /*wide=*/false, /*aligned=*/true);
+  const int64_t col_tiles = CeilDiv(s.cols, grid.tile_cols);
+  if (RaggedLayout(s)) {  // varying-first: the tail counts as one more group
+    // A region has ceil(rows / 8) strips, one more where its last tile has 17 to 24 rows.
+    const int64_t regions = s.num_groups + 1;
+    grid.data_tiles = (mxfp8::MaxSumOfTiles(s.rows, regions, kSmallBatch) +
+                       MinI64(regions, s.rows / (2 * kSmallBatch + 1))) * col_tiles;
+  } else {
+    grid.data_tiles = s.num_groups * RegionStrips(s.rows) * col_tiles;
+  }
   grid.jobs = grid.data_tiles;
   grid.ctas = SmallDataCtas(grid) +
               (scale_words ? CeilDiv(CeilDiv(grid.scale_bytes, 16),

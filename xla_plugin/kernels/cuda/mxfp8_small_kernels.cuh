@@ -5,9 +5,14 @@
 // instructions per warp, ncu, H200, 2026-11-27), where a copy of the same bytes takes 1.8 us.
 //
 // Here one flat launch has no job counter, no persistent CTAs and no copy stages:
-//   - data CTAs: each warp converts one job of the same grid of jobs (mxfp8_jobs.cuh: 32 rows
-//     of one region x 32 lanes of one 16-byte chunk), its rows in batches of 8 loads in flight;
-//     it writes its rows' data and the real scales they own, and nothing else;
+//   - data CTAs: each warp converts one strip of a tile (its warp job, mxfp8_jobs.cuh; a tile
+//     is 32 rows of one region x 32 lanes' 16-byte chunks): each lane loads its batch of 8 rows
+//     of one chunk at once; lanes of one batch reduce row blocks, lanes of one chunk column
+//     blocks (shuffles). A warp writes its rows' data and the real scales they own, and nothing
+//     else. Strips restart at group boundaries like tiles, and a tile of few rows is one strip
+//     of all its columns, so a call's warps are about its groups' rows / 8. (A warp per tile,
+//     walking its rows in batches, ran a chain of up to four times the instructions, which set
+//     the time of calls with groups of 9 rows or more: a skewed decode batch.)
 //   - scale CTAs (quantize): each thread owns a few 16-byte words of each scale buffer and
 //     zeroes the bytes of them that hold no real scale (128x4 tile padding, the rest of a slot, the
 //     unused tail of the worst-case buffer): one vector store for the usual all-padding word.
@@ -22,8 +27,6 @@
 #include "xla_plugin/kernels/cuda/warp_group_scan.cuh"
 
 namespace jgg::cuda::mxfp8_kernels {
-
-constexpr int kSmallBatch = 8;  // rows whose loads a lane has in flight at once
 
 // --- the groups of a ragged call, as one warp sees them ----------------------------------------
 // The persistent kernels' prefix sums (BuildGroupPrefix: two block-wide scans of 64-bit values,
@@ -40,22 +43,22 @@ __device__ inline int32_t SaturatingAdd(int32_t a, int32_t b, int32_t limit) {
 }
 
 // A group starting at row `begin` with clamped size `size`: its rows (clamped to the extent),
-// 32-row segments (row tiles) and scale bytes.
+// tile strips (warp jobs; mxfp8_jobs.cuh) and scale bytes.
 struct GroupSpan {
-  int32_t rows, segments, bytes;
+  int32_t rows, strips, bytes;
 };
 
 __device__ inline GroupSpan SpanOf(const GroupedShape& s, int32_t begin, int32_t size) {
   const int32_t rows = SaturatingAdd(begin, size, static_cast<int32_t>(s.rows)) - begin;
-  return {rows, (rows + kTileRows - 1) / kTileRows,
+  return {rows, static_cast<int32_t>(RegionStrips(rows)),
           static_cast<int32_t>(mxfp8::GroupScaleBytes(rows, s.cols))};
 }
 
 struct WarpGroups {
   int32_t size[kSmallGroupsPerLane];  // this lane's groups, clamped (set below per_lane only)
   int per_lane;
-  int32_t rows_before, segments_before, bytes_before;  // over the earlier lanes' groups
-  int32_t rows_total, segments_total, bytes_total;     // over all groups
+  int32_t rows_before, strips_before, bytes_before;  // over the earlier lanes' groups
+  int32_t rows_total, strips_total, bytes_total;     // over all groups
 };
 
 // Every lane of the warp calls.
@@ -77,21 +80,21 @@ __device__ inline WarpGroups ScanWarpGroups(const GroupedShape& s, const int32_t
   const auto clamped = [extent](int32_t a, int32_t b) { return SaturatingAdd(a, b, extent); };
   const auto plus = [](int32_t a, int32_t b) { return a + b; };
   w.rows_before = WarpExclusiveScan(rows, clamped, w.rows_total);
-  int32_t begin = w.rows_before, segments = 0, bytes = 0;
+  int32_t begin = w.rows_before, strips = 0, bytes = 0;
 #pragma unroll
   for (int u = 0; u < kSmallGroupsPerLane; ++u) {
     if (u >= w.per_lane) break;  // the same for every lane
     const GroupSpan g = SpanOf(s, begin, w.size[u]);
     begin += g.rows;
-    segments += g.segments;
+    strips += g.strips;
     bytes += g.bytes;
   }
-  w.segments_before = WarpExclusiveScan(segments, plus, w.segments_total);
+  w.strips_before = WarpExclusiveScan(strips, plus, w.strips_total);
   w.bytes_before = WarpExclusiveScan(bytes, plus, w.bytes_total);
   return w;
 }
 
-// The group holding segment `key` (by_bytes false) or scale byte `key` (true): its first row,
+// The group holding strip `key` (by_bytes false) or scale byte `key` (true): its first row,
 // rows and scale offset, and key's offset inside it (found false: no group holds it). The
 // same `key` on every lane of the warp, which all call and all get the answer.
 struct FoundGroup {
@@ -102,16 +105,16 @@ struct FoundGroup {
 __device__ inline FoundGroup FindWarpGroup(const GroupedShape& s, const WarpGroups& w,
                                            int32_t key, bool by_bytes) {
   FoundGroup mine{0, 0, 0, 0, false};
-  int32_t begin = w.rows_before, segments = w.segments_before, bytes = w.bytes_before;
+  int32_t begin = w.rows_before, strips = w.strips_before, bytes = w.bytes_before;
 #pragma unroll
   for (int u = 0; u < kSmallGroupsPerLane; ++u) {
     if (u >= w.per_lane) break;
     const GroupSpan g = SpanOf(s, begin, w.size[u]);
-    const int32_t lo = by_bytes ? bytes : segments;
-    const int32_t hi = lo + (by_bytes ? g.bytes : g.segments);
+    const int32_t lo = by_bytes ? bytes : strips;
+    const int32_t hi = lo + (by_bytes ? g.bytes : g.strips);
     if (!mine.found && key >= lo && key < hi) mine = {begin, g.rows, bytes, key - lo, true};
     begin += g.rows;
-    segments += g.segments;
+    strips += g.strips;
     bytes += g.bytes;
   }
   const unsigned owners = __ballot_sync(0xFFFFFFFFu, mine.found);
@@ -122,59 +125,92 @@ __device__ inline FoundGroup FindWarpGroup(const GroupedShape& s, const WarpGrou
           __shfl_sync(0xFFFFFFFFu, mine.offset, owner), true};
 }
 
-// Job `index` of the call (a data tile, or none past the real ones): 32-row segment
-// index / col_tiles, column tile index % col_tiles, in group order, then the tail's segments.
-// Every lane of the warp calls with the same index.
-__device__ inline TileJob LocateSmallJob(const Grid& grid, const int32_t* group_sizes,
-                                         const WarpGroups& groups, int64_t index) {
-  TileJob job;
+// A warp job: strip `strip` of the `strips` strips of a tile.
+struct SmallJob {
+  TileJob tile;
+  int strip, strips;
+};
+
+// Strip k of a region's strips (four per full tile, then the last tile's).
+__device__ inline void SetStrip(SmallJob& job, const Region& r, int64_t k, int64_t col_tile) {
+  constexpr int kFull = TileStrips(kTileRows);
+  job.tile.region = r;
+  job.tile.row_tile = k / kFull;
+  job.tile.col_tile = col_tile;
+  job.tile.has_tile = true;
+  job.strip = static_cast<int>(k % kFull);
+  job.strips = TileStrips(MinI64(kTileRows, r.cap_rows - job.tile.row_tile * kTileRows));
+}
+
+// Warp job `index` of the call (none past the real ones): strip index / col_tiles of the
+// regions' strips in order (ragged: the groups', then the tail's), column tile index %
+// col_tiles. Every lane of the warp calls with the same index.
+__device__ inline SmallJob LocateSmallJob(const Grid& grid, const int32_t* group_sizes,
+                                          const WarpGroups& groups, int64_t index) {
   const GroupedShape& s = grid.shape;
+  SmallJob job;
+  ClearJob(job.tile);
+  const int64_t col_tiles = CeilDivFast(s.cols, grid.tile_cols);
+  const int64_t strip = DivFast(index, col_tiles);
+  const int64_t col_tile = index - strip * col_tiles;
   if (!RaggedLayout(s)) {
-    LocateSlotJob(grid, group_sizes, index, job);
+    const int64_t per_slot = RegionStrips(s.rows);
+    const int64_t slot = DivFast(strip, per_slot);
+    SetStrip(job, mxfp8::SlotRegion(s, group_sizes, slot), strip - slot * per_slot, col_tile);
     return job;
   }
-  ClearJob(job);
-  const int32_t col_tiles = static_cast<int32_t>(CeilDivFast(s.cols, grid.tile_cols));
-  const int32_t segment = static_cast<int32_t>(DivFast(index, col_tiles));
-  const int32_t col_tile = static_cast<int32_t>(index) - segment * col_tiles;
-  const FoundGroup g = FindWarpGroup(s, groups, segment, /*by_bytes=*/false);
-  int32_t row_tile = g.offset;
+  const FoundGroup g = FindWarpGroup(s, groups, static_cast<int32_t>(strip), /*by_bytes=*/false);
   if (g.found) {
-    job.region = mxfp8::RaggedRegion(s, g.begin, g.begin + g.rows, g.scale_offset, true);
-  } else {
-    row_tile = segment - groups.segments_total;
-    const int32_t tail_rows = static_cast<int32_t>(s.rows) - groups.rows_total;
-    if (row_tile >= (tail_rows + kTileRows - 1) / kTileRows) return job;
-    job.region = mxfp8::RaggedRegion(s, groups.rows_total, s.rows, groups.bytes_total, false);
+    SetStrip(job, mxfp8::RaggedRegion(s, g.begin, g.begin + g.rows, g.scale_offset, true),
+             g.offset, col_tile);
+    return job;
   }
-  job.row_tile = row_tile;
-  job.col_tile = col_tile;
-  job.has_tile = true;
+  const int64_t k = strip - groups.strips_total;
+  if (k < RegionStrips(s.rows - groups.rows_total)) {
+    SetStrip(job, mxfp8::RaggedRegion(s, groups.rows_total, s.rows, groups.bytes_total, false), k,
+             col_tile);
+  }
   return job;
 }
 
-// One lane's 16-byte chunk of a small tile: columns [col0, col0 + chunk) of the region, rows
-// [row0, row0 + 32). The row counts are the warp's (the region's), the columns the lane's.
+// One lane's part of a warp job: its batch of the tile's rows (8 rows from row0) in the
+// 16-byte chunk at columns [col0, col0 + chunk) of the region. Consecutive lanes take
+// consecutive chunks of one batch; lanes 32 / strips apart share a chunk.
 struct SmallSpan {
   int64_t stride;     // elements between rows
-  int64_t base;       // element offset of the chunk in the tile's first row
+  int64_t base;       // element offset of the chunk in the lane's first row
+  int64_t row0;       // region-relative
   int64_t col0;       // region-relative
   int64_t data_cols;  // chunk columns holding group data (<= 0: none; < chunk: partly)
   bool in_capacity;   // the chunk lies inside the region's capacity (whole: cols % chunk == 0)
-  int data_rows, cap_rows;
+  int data_rows, cap_rows;  // of the lane's batch
+  int warp_rows;            // batch 0's cap_rows, the most of any lane: the same for the warp
+  bool tile_has_data;       // the tile's first row holds data
+  int lanes_per_batch;      // 32 / strips
 };
 
-__device__ inline SmallSpan MakeSmallSpan(const Grid& grid, const TileJob& job, int chunk) {
-  const Region& r = job.region;
+// min(8, max(0, remaining)): rows of a batch with `remaining` rows from its first on.
+__device__ inline int BatchRowsBelow(int64_t remaining) {
+  return remaining <= 0 ? 0 : remaining < kSmallBatch ? static_cast<int>(remaining) : kSmallBatch;
+}
+
+__device__ inline SmallSpan MakeSmallSpan(const Grid& grid, const SmallJob& job, int chunk) {
+  const Region& r = job.tile.region;
+  const int lane = threadIdx.x % 32;
   SmallSpan t;
   t.stride = grid.shape.cols;
-  const int64_t row0 = job.row_tile * kTileRows;
-  t.col0 = job.col_tile * grid.tile_cols + (threadIdx.x % 32) * chunk;
-  t.base = r.elem_offset + row0 * t.stride + t.col0;
+  t.lanes_per_batch = 32 / job.strips;
+  const int64_t tile_row0 = job.tile.row_tile * kTileRows;
+  t.row0 = tile_row0 + lane / t.lanes_per_batch * kSmallBatch;
+  t.col0 = job.tile.col_tile * grid.tile_cols +
+           (job.strip * t.lanes_per_batch + lane % t.lanes_per_batch) * chunk;
+  t.base = r.elem_offset + t.row0 * t.stride + t.col0;
   t.data_cols = r.cols - t.col0;
   t.in_capacity = t.col0 < r.cap_cols;
-  t.data_rows = TileRowsBelow(r.rows - row0);
-  t.cap_rows = TileRowsBelow(r.cap_rows - row0);
+  t.data_rows = BatchRowsBelow(r.rows - t.row0);
+  t.cap_rows = BatchRowsBelow(r.cap_rows - t.row0);
+  t.warp_rows = BatchRowsBelow(r.cap_rows - tile_row0);
+  t.tile_has_data = r.rows > tile_row0;
   return t;
 }
 
@@ -194,15 +230,14 @@ __device__ inline void KeepLeadingElements(uint32_t (&w)[4], int64_t n) {
 
 // --- quantize ---------------------------------------------------------------------------------
 
-// Rows [8b, 8b + 8) of the lane's chunk; 0 outside the group's data.
+// The lane's batch of rows of its chunk; 0 outside the group's data.
 template <typename In>
-__device__ inline void LoadSmallBatch(const In* x, const SmallSpan& t, int b,
-                                      uint32_t (&w)[kSmallBatch][4]) {
+__device__ inline void LoadSmallRows(const In* x, const SmallSpan& t,
+                                     uint32_t (&w)[kSmallBatch][4]) {
 #pragma unroll
   for (int i = 0; i < kSmallBatch; ++i) {
-    const int row = b * kSmallBatch + i;
-    if (row < t.data_rows && t.data_cols > 0) {
-      LoadReadOnlyWords<16>(reinterpret_cast<const uint8_t*>(x + row * t.stride), w[i]);
+    if (i < t.data_rows && t.data_cols > 0) {
+      LoadReadOnlyWords<16>(reinterpret_cast<const uint8_t*>(x + i * t.stride), w[i]);
       if (t.data_cols < 16 / static_cast<int>(sizeof(In))) {
         KeepLeadingElements<In>(w[i], t.data_cols);
       }
@@ -212,82 +247,77 @@ __device__ inline void LoadSmallBatch(const In* x, const SmallSpan& t, int b,
   }
 }
 
-// One warp's tile: rowwise rows as their batches arrive (the colwise maxima gathered on the
-// way), then the colwise scales and rows, last batch first (still in registers: a tile of at
-// most 8 rows, a decode batch's, is read once).
+// One warp job: each lane quantizes its batch of rows of its chunk, rowwise (scales from the
+// 32-element blocks of lanes of one batch) and colwise (the column maxima gathered from the
+// lanes that share its chunk; batch 0's lanes write the column scales).
 template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
-__device__ void QuantizeSmallTile(const Grid& grid, const mxfp8::QuantizeOperands& o,
-                                  bool swizzled, const TileJob& job) {
+__device__ void QuantizeSmallStrip(const Grid& grid, const mxfp8::QuantizeOperands& o,
+                                   bool swizzled, const SmallJob& job) {
   constexpr int kVec = 16 / sizeof(In);
   constexpr int kOutWords = kVec / 4;
   constexpr int kLanesPerBlock = kBlockSize / kVec;
-  const Region& r = job.region;
+  const Region& r = job.tile.region;
   const SmallSpan t = MakeSmallSpan(grid, job, kVec);
-  const In* __restrict__ x = static_cast<const In*>(o.x) + t.base;
-  const int batches = (t.cap_rows + kSmallBatch - 1) / kSmallBatch;
   uint32_t w[kSmallBatch][4];
-  uint32_t col_max[4] = {0, 0, 0, 0};
+  LoadSmallRows<In>(static_cast<const In*>(o.x) + t.base, t, w);
 
-  for (int b = 0; b < batches; ++b) {
-    LoadSmallBatch<In>(x, t, b, w);
-    if constexpr (kCol) {
+  if constexpr (kRow) {
+    const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
+    const bool writes_scale = t.data_cols > 0 && threadIdx.x % kLanesPerBlock == 0;
 #pragma unroll
-      for (int i = 0; i < kSmallBatch; ++i) {
+    for (int i = 0; i < kSmallBatch; i += 2) {
+      if (i >= t.warp_rows) break;  // the same for the whole warp: shuffles stay whole
+      float amax[2];
+      PairRowAmax<In, kLanesPerBlock, 4>(w[i], w[i + 1], amax);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) col_max[k] = PackedAbsMax<In>(col_max[k], w[i][k]);
-      }
-    }
-    if constexpr (kRow) {
-      const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/false);
-      const bool writes_scale = t.data_cols > 0 && threadIdx.x % kLanesPerBlock == 0;
-#pragma unroll
-      for (int i = 0; i < kSmallBatch; i += 2) {
-        const int row = b * kSmallBatch + i;
-        if (row >= t.cap_rows) break;  // the same for the whole warp: shuffles stay whole
-        float amax[2];
-        PairRowAmax<In, kLanesPerBlock, 4>(w[i], w[i + 1], amax);
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          if (row + u >= t.cap_rows) continue;
-          const uint8_t e = ScaleExponentOf<kFormat>(amax[u]);
-          if (writes_scale && row + u < t.data_rows) {
-            o.row_scales[r.scale_offset + mxfp8::ScaleIndex(m, false, swizzled,
-                                                            job.row_tile * kTileRows + row + u,
-                                                            t.col0 / kBlockSize)] = e;
-          }
-          if (!t.in_capacity) continue;
-          float factor[kVec];
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
-          uint32_t bytes[kOutWords];
-          QuantizePacked<In, kFormat, kVec>(w[i + u], factor, bytes);
-          StoreWords<kOutWords>(o.row_data + t.base + (row + u) * t.stride, bytes);
+      for (int u = 0; u < 2; ++u) {
+        if (i + u >= t.cap_rows) continue;
+        const uint8_t e = ScaleExponentOf<kFormat>(amax[u]);
+        if (writes_scale && i + u < t.data_rows) {
+          o.row_scales[r.scale_offset +
+                       mxfp8::ScaleIndex(m, false, swizzled, t.row0 + i + u, t.col0 / kBlockSize)] = e;
         }
+        if (!t.in_capacity) continue;
+        float factor[kVec];
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) factor[k] = __uint_as_float(mxfp8::ScaleReciprocalBits(e));
+        uint32_t bytes[kOutWords];
+        QuantizePacked<In, kFormat, kVec>(w[i + u], factor, bytes);
+        StoreWords<kOutWords>(o.row_data + t.base + (i + u) * t.stride, bytes);
       }
     }
   }
 
   if constexpr (kCol) {
+    uint32_t col_max[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < kSmallBatch; ++i) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) col_max[k] = PackedAbsMax<In>(col_max[k], w[i][k]);
+    }
+    for (int d = t.lanes_per_batch; d < 32; d <<= 1) {  // the same for the whole warp
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        col_max[k] = PackedAbsMax<In>(col_max[k], __shfl_xor_sync(0xFFFFFFFFu, col_max[k], d));
+      }
+    }
     float maxima[kVec], factor[kVec];
     UnpackValues<In>(col_max, maxima);
     uint32_t scale_words[kOutWords];
     ColumnScaleBytes<kFormat, kVec>(maxima, scale_words, factor);
-    if (t.data_rows > 0 && t.data_cols > 0) {  // the tile's block row holds data
+    const bool first_batch = threadIdx.x % 32 < t.lanes_per_batch;
+    if (first_batch && t.tile_has_data && t.data_cols > 0) {
       StoreChunkColumnScales<kVec>(o.col_scales + r.scale_offset,
                                    mxfp8::GroupScaleMatrix(r.rows, r.cols, /*colwise=*/true),
-                                   swizzled, job.row_tile, t.col0, t.data_cols, scale_words);
+                                   swizzled, job.tile.row_tile, t.col0, t.data_cols, scale_words);
     }
     if (!t.in_capacity) return;
-    for (int b = batches - 1; b >= 0; --b) {
-      if (b != batches - 1) LoadSmallBatch<In>(x, t, b, w);
 #pragma unroll
-      for (int i = 0; i < kSmallBatch; ++i) {
-        const int row = b * kSmallBatch + i;
-        if (row >= t.cap_rows) break;
-        uint32_t bytes[kOutWords];
-        QuantizePacked<In, kFormat, kVec>(w[i], factor, bytes);
-        StoreWords<kOutWords>(o.col_data + t.base + row * t.stride, bytes);
-      }
+    for (int i = 0; i < kSmallBatch; ++i) {
+      if (i >= t.cap_rows) break;
+      uint32_t bytes[kOutWords];
+      QuantizePacked<In, kFormat, kVec>(w[i], factor, bytes);
+      StoreWords<kOutWords>(o.col_data + t.base + i * t.stride, bytes);
     }
   }
 }
@@ -395,57 +425,52 @@ __global__ void __launch_bounds__(kSmallThreads, kMinCtasPerSm)
   }
   const int64_t index = cta * kSmallWarps + threadIdx.x / 32;  // the same for the whole warp
   if (index >= grid.data_tiles) return;
-  const TileJob job = LocateSmallJob(grid, o.group_sizes, groups, index);
-  if (job.has_tile) QuantizeSmallTile<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
+  const SmallJob job = LocateSmallJob(grid, o.group_sizes, groups, index);
+  if (job.tile.has_tile) QuantizeSmallStrip<In, kRow, kCol, kFormat>(grid, o, swizzled, job);
 }
 
 // --- dequantize -------------------------------------------------------------------------------
 
-// kVec: fp8 codes per lane and row (16, or 8 where the columns are not whole 16-byte chunks).
+// One warp job: each lane dequantizes its batch of rows of its chunk. kVec: fp8 codes per lane
+// and row (16, or 8 where the columns are not whole 16-byte chunks).
 template <typename Out, Fp8Format kFormat, int kVec>
-__device__ void DequantizeSmallTile(const Grid& grid, const mxfp8::DequantizeOperands& o,
-                                    bool colwise, bool swizzled, const TileJob& job) {
+__device__ void DequantizeSmallStrip(const Grid& grid, const mxfp8::DequantizeOperands& o,
+                                     bool colwise, bool swizzled, const SmallJob& job) {
   constexpr int kOutWords = kVec * sizeof(Out) / 4;
-  const Region& r = job.region;
+  const Region& r = job.tile.region;
   const SmallSpan t = MakeSmallSpan(grid, job, kVec);
-  if (!t.in_capacity) return;  // no shuffles below
+  if (!t.in_capacity || t.cap_rows == 0) return;  // no shuffles below
   const ScaleMatrix m = mxfp8::GroupScaleMatrix(r.rows, r.cols, colwise);
   const uint8_t* __restrict__ scales = o.scales + r.scale_offset;
-  const int64_t row0 = job.row_tile * kTileRows;
 
   const ColumnScales<Out, kFormat, kVec> cols = LoadChunkColumnScales<Out, kFormat, kVec>(
-      scales, m, swizzled, job.row_tile, t.col0, t.data_cols,
-      colwise && t.data_rows > 0 && t.data_cols > 0);
+      scales, m, swizzled, job.tile.row_tile, t.col0, t.data_cols,
+      colwise && t.tile_has_data && t.data_cols > 0);
 
   Out* __restrict__ out = static_cast<Out*>(o.out) + t.base;
-  const int batches = (t.cap_rows + kSmallBatch - 1) / kSmallBatch;
-  for (int b = 0; b < batches; ++b) {
-    uint32_t codes[kSmallBatch][kVec / 4];
-    uint8_t e_row[kSmallBatch];
+  uint32_t codes[kSmallBatch][kVec / 4];
+  uint8_t e_row[kSmallBatch];
 #pragma unroll
-    for (int i = 0; i < kSmallBatch; ++i) {
-      const int row = b * kSmallBatch + i;
-      e_row[i] = 0;
-      if (row < t.data_rows && t.data_cols > 0) {
-        LoadReadOnlyWords<kVec>(o.data + t.base + row * t.stride, codes[i]);
-        if (!colwise) {
-          e_row[i] = __ldg(scales + mxfp8::ScaleIndex(m, false, swizzled, row0 + row,
-                                                      t.col0 / kBlockSize));
-        }
-      } else {
-#pragma unroll
-        for (int k = 0; k < kVec / 4; ++k) codes[i][k] = 0;
+  for (int i = 0; i < kSmallBatch; ++i) {
+    e_row[i] = 0;
+    if (i < t.data_rows && t.data_cols > 0) {
+      LoadReadOnlyWords<kVec>(o.data + t.base + i * t.stride, codes[i]);
+      if (!colwise) {
+        e_row[i] = __ldg(scales + mxfp8::ScaleIndex(m, false, swizzled, t.row0 + i,
+                                                    t.col0 / kBlockSize));
       }
-    }
+    } else {
 #pragma unroll
-    for (int i = 0; i < kSmallBatch; ++i) {
-      const int row = b * kSmallBatch + i;
-      if (row >= t.cap_rows) break;
-      uint32_t words[kOutWords];
-      DequantizeTileRow<Out, kFormat, kVec>(codes[i], colwise, cols, e_row[i],
-                                            row < t.data_rows ? t.data_cols : 0, words);
-      StoreWords<kOutWords>(out + row * t.stride, words);
+      for (int k = 0; k < kVec / 4; ++k) codes[i][k] = 0;
     }
+  }
+#pragma unroll
+  for (int i = 0; i < kSmallBatch; ++i) {
+    if (i >= t.cap_rows) break;
+    uint32_t words[kOutWords];
+    DequantizeTileRow<Out, kFormat, kVec>(codes[i], colwise, cols, e_row[i],
+                                          i < t.data_rows ? t.data_cols : 0, words);
+    StoreWords<kOutWords>(out + i * t.stride, words);
   }
 }
 
@@ -456,8 +481,8 @@ __global__ void __launch_bounds__(kSmallThreads, kMinCtasPerSm)
   if (RaggedLayout(grid.shape)) groups = ScanWarpGroups(grid.shape, o.group_sizes);
   const int64_t index = static_cast<int64_t>(blockIdx.x) * kSmallWarps + threadIdx.x / 32;
   if (index >= grid.data_tiles) return;
-  const TileJob job = LocateSmallJob(grid, o.group_sizes, groups, index);
-  if (job.has_tile) DequantizeSmallTile<Out, kFormat, kVec>(grid, o, colwise, swizzled, job);
+  const SmallJob job = LocateSmallJob(grid, o.group_sizes, groups, index);
+  if (job.tile.has_tile) DequantizeSmallStrip<Out, kFormat, kVec>(grid, o, colwise, swizzled, job);
 }
 
 }  // namespace jgg::cuda::mxfp8_kernels
