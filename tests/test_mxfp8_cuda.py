@@ -68,8 +68,8 @@ CASES = {
     "many_groups": ((20000, 256), list(np.random.default_rng(0).integers(0, 150, 256)), 0),
     # Small calls: a skewed decode batch (groups of 1 to 83 rows: tiles of one, two and four
     # strips), and groups of 17 rows filling the small grid's worst case of strips exactly.
-    "decode_skewed": ((256, 1024), [83, 0, 23, 23, 16, 11, 9, 8, 5, 5, 4, 3, 2, 1, 1, 0, 17, 24, 12],
-                      0),
+    "decode_skewed": ((256, 1024),
+                      [83, 0, 23, 23, 16, 11, 9, 8, 5, 5, 4, 3, 2, 1, 1, 0, 17, 24, 12], 0),
     "tight_strip_bound": ((204, 512), [17] * 12, 0),
 }
 

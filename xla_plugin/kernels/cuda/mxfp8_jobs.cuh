@@ -86,14 +86,20 @@ constexpr int kSmallScaleWordsPerThread = 4;
 __host__ __device__ inline int64_t SmallDataCtas(const Grid& grid) {
   return CeilDiv(grid.data_tiles, kSmallWarps);  // data_tiles: the warp jobs, in small grids
 }
-// Strips of a tile of `rows` rows (1..32), and of a region's tiles (`rows` rows in all): at
-// most ceil(rows / 8) + 1.
+// Strips of a tile of `rows` rows (1..32), and of a region's tiles (`rows` rows in all):
+// ceil(rows / 8), one more where the last tile has 17 to 24 rows.
 __host__ __device__ constexpr int TileStrips(int64_t rows) {
   return rows <= kSmallBatch ? 1 : rows <= 2 * kSmallBatch ? 2 : kTileRows / kSmallBatch;
 }
 __host__ __device__ constexpr int64_t RegionStrips(int64_t rows) {
   return rows / kTileRows * TileStrips(kTileRows) +
          (rows % kTileRows == 0 ? 0 : TileStrips(rows % kTileRows));
+}
+// The most strips `regions` regions of `extent` rows in all can have: the most 8-row tiles,
+// plus one for each region of 17 rows or more.
+__host__ __device__ inline int64_t MaxSumOfStrips(int64_t extent, int64_t regions) {
+  return mxfp8::MaxSumOfTiles(extent, regions, kSmallBatch) +
+         MinI64(regions, extent / (2 * kSmallBatch + 1));
 }
 
 // What one job of a CTA does, identical for all its threads (lives in shared memory).

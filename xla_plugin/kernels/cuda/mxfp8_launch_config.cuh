@@ -122,14 +122,9 @@ inline Grid SmallGrid(const GroupedShape& s, int chunk_elements, bool scale_word
   Grid grid = MakeGrid(s, 32 * static_cast<int64_t>(chunk_elements), kSmallThreads,
                        /*wide=*/false, /*aligned=*/true);
   const int64_t col_tiles = CeilDiv(s.cols, grid.tile_cols);
-  if (RaggedLayout(s)) {  // varying-first: the tail counts as one more group
-    // A region has ceil(rows / 8) strips, one more where its last tile has 17 to 24 rows.
-    const int64_t regions = s.num_groups + 1;
-    grid.data_tiles = (mxfp8::MaxSumOfTiles(s.rows, regions, kSmallBatch) +
-                       MinI64(regions, s.rows / (2 * kSmallBatch + 1))) * col_tiles;
-  } else {
-    grid.data_tiles = s.num_groups * RegionStrips(s.rows) * col_tiles;
-  }
+  grid.data_tiles = col_tiles * (RaggedLayout(s)  // varying-first: the tail is one more region
+                                     ? MaxSumOfStrips(s.rows, s.num_groups + 1)
+                                     : s.num_groups * RegionStrips(s.rows));
   grid.jobs = grid.data_tiles;
   grid.ctas = SmallDataCtas(grid) +
               (scale_words ? CeilDiv(CeilDiv(grid.scale_bytes, 16),

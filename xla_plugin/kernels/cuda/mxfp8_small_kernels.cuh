@@ -274,8 +274,9 @@ __device__ void QuantizeSmallStrip(const Grid& grid, const mxfp8::QuantizeOperan
         if (i + u >= t.cap_rows) continue;
         const uint8_t e = ScaleExponentOf<kFormat>(amax[u]);
         if (writes_scale && i + u < t.data_rows) {
-          o.row_scales[r.scale_offset +
-                       mxfp8::ScaleIndex(m, false, swizzled, t.row0 + i + u, t.col0 / kBlockSize)] = e;
+          const int64_t index =
+              mxfp8::ScaleIndex(m, false, swizzled, t.row0 + i + u, t.col0 / kBlockSize);
+          o.row_scales[r.scale_offset + index] = e;
         }
         if (!t.in_capacity) continue;
         float factor[kVec];
