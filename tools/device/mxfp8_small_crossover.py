@@ -4,7 +4,7 @@ Activations [tokens, 4096] bf16 over 64 experts (uniform routing), every op of t
 bench, timed under the profiler (mean duration of the op's kernels over the last loop of
 mxfp8_timeline's loop). Run it with JGG_MXFP8_SMALL=1 (the small kernels wherever they serve)
 and =0 (the persistent kernels) to see where the small kernels stop paying: the size limit of
-mxfp8_cuda.cu. Run on the device:
+mxfp8_cuda.cu. CROSSOVER_TOKENS=512,768 picks other token counts. Run on the device:
   JGG_MXFP8_SMALL=1 PYTHONPATH=python:tests:. python3 tools/device/mxfp8_small_crossover.py OUT.json
 """
 
@@ -21,7 +21,8 @@ from tools.bench import mxfp8_bench
 from tools.bench import shapes as shapes_lib
 from tools.device import mxfp8_timeline
 
-TOKENS = (256, 1024, 2048, 4096, 8192)
+TOKENS = tuple(int(t) for t in
+               os.environ.get("CROSSOVER_TOKENS", "256,1024,2048,4096,8192").split(","))
 HIDDEN, EXPERTS = 4096, 64
 
 

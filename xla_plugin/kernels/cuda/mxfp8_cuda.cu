@@ -1,4 +1,5 @@
-// Launches of the grouped MXFP8 kernels (mxfp8_kernels.cuh, mxfp8_wide_kernels.cuh) on the caller's stream.
+// Launches of the grouped MXFP8 kernels (mxfp8_kernels.cuh, mxfp8_wide_kernels.cuh,
+// mxfp8_small_kernels.cuh) on the caller's stream.
 #include "xla_plugin/kernels/cuda/mxfp8_cuda.h"
 
 #include <atomic>
@@ -45,7 +46,8 @@ int64_t ResidentCtas(Kernel kernel, int threads, int shared_bytes, const DeviceI
     if (known > 0) return known;
   }
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared_bytes) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared_bytes) !=
+      cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
@@ -65,18 +67,22 @@ bool WideAllowed() {
 }
 
 // Calls of at most this many bytes of high-precision data (quantize's input, dequantize's
-// output) take the small kernels where they serve. JGG_MXFP8_SMALL=0 keeps every call on the
-// persistent kernels, =1 sends every call they serve to them (measurements of both in one
-// process).
-constexpr int64_t kSmallCallBytes = int64_t{4} << 20;
+// output) take the small kernels where they serve: where the persistent kernels' start (group
+// prefix sums, job counter, a wave of CTAs) outweighs their copy stages. Kernel times against
+// size (H200, 2026-11-29, tools/device/mxfp8_small_crossover.py): one-orientation quantize ties
+// at 8 MB and loses from 10; "both" and dequantize stay ahead to 12 MB and tie or lose at 16.
+// JGG_MXFP8_SMALL=0 keeps every call on the persistent kernels, =1 sends every call they serve
+// to them (measurements of both in one process).
+constexpr int64_t kSmallCallBytes = int64_t{8} << 20;
+constexpr int64_t kSmallCallBytesBothOrDequantize = int64_t{12} << 20;
 
-bool TakesSmallKernels(const GroupedShape& s, int elem_bytes) {
+bool TakesSmallKernels(const GroupedShape& s, int elem_bytes, int64_t limit_bytes) {
   static const int forced = [] {
     const char* value = std::getenv("JGG_MXFP8_SMALL");
     return value == nullptr ? -1 : value[0] == '1' ? 1 : 0;
   }();
   if (forced >= 0) return forced == 1;
-  return mxfp8::DataElements(s) * elem_bytes <= kSmallCallBytes;
+  return mxfp8::DataElements(s) * elem_bytes <= limit_bytes;
 }
 
 // Launches a small kernel (mxfp8_small_kernels.cuh) over `grid`: no job counter, no dynamic
@@ -126,7 +132,8 @@ struct QuantizeLaunch {
   template <typename In, bool kRow, bool kCol, Fp8Format kFormat>
   cudaError_t Run() {
     const int small_chunk = SmallQuantizeChunk(p, o, sizeof(In));
-    if (small_chunk > 0 && TakesSmallKernels(p.shape, sizeof(In))) {
+    const int64_t small_limit = kRow && kCol ? kSmallCallBytesBothOrDequantize : kSmallCallBytes;
+    if (small_chunk > 0 && TakesSmallKernels(p.shape, sizeof(In), small_limit)) {
       return LaunchSmall(QuantizeSmallKernel<In, kRow, kCol, kFormat>,
                          SmallGrid(p.shape, small_chunk, /*scale_words=*/true), stream, o,
                          p.swizzled);
@@ -151,7 +158,8 @@ struct DequantizeLaunch {
   template <typename Out, Fp8Format kFormat>
   cudaError_t Run() {
     const int small_chunk = SmallDequantizeChunk(p, o);
-    if (small_chunk > 0 && TakesSmallKernels(p.shape, sizeof(Out))) {
+    if (small_chunk > 0 &&
+        TakesSmallKernels(p.shape, sizeof(Out), kSmallCallBytesBothOrDequantize)) {
       const Grid grid = SmallGrid(p.shape, small_chunk, /*scale_words=*/false);
       if (small_chunk == 16) {
         return LaunchSmall(DequantizeSmallKernel<Out, kFormat, 16>, grid, stream, o, p.colwise,

@@ -1,8 +1,9 @@
-// Grouped MXFP8 quantize / dequantize for small calls: a decode step's activations (a few
-// hundred tokens over tens of experts, a few rows per group, 1-4 MB). The persistent kernels
-// (mxfp8_wide_kernels.cuh) spend about 10 us on such a call however few its jobs are: each warp
-// runs a long chain of job fetches, locates, barriers and byte-wise padding stores (about 3,000
-// instructions per warp, ncu, H200, 2026-11-27), where a copy of the same bytes takes 1.8 us.
+// Grouped MXFP8 quantize / dequantize for small calls: a decode step's activations (a few hundred
+// tokens over tens of experts, a few rows per group, 1-4 MB) up to a prefill chunk's (8-12 MB: the
+// limits in mxfp8_cuda.cu). The persistent kernels (mxfp8_wide_kernels.cuh) spend about 10 us on
+// such a call however few its jobs are: each warp runs a long chain of job fetches, locates,
+// barriers and byte-wise padding stores (about 3,000 instructions per warp, ncu, H200, 2026-11-27),
+// where a copy of the same bytes takes 1.8 us.
 //
 // Here one flat launch has no job counter, no persistent CTAs and no copy stages:
 //   - data CTAs: each warp converts one strip of a tile (its warp job, mxfp8_jobs.cuh; a tile
