@@ -157,6 +157,22 @@ def test_calls_the_fused_kernel_cannot_take_fall_back_to_dequantize():
                                             group_sizes, DGRAD_DIMENSION_NUMBERS)) == "dequantize"
 
 
+def test_result_columns_past_32_bits_fall_back_to_dequantize():
+  """The kernels' row offsets are 32-bit: N >= 2^31 takes the dequantize backend (abstract
+  shapes: no such array is allocated)."""
+  qx, _, group_sizes = _forward_operands("decode_like")
+  _, k, _, sizes = CASES["decode_like"]
+  backends = {}
+
+  def choose(w):
+    problem = _problem(qx, mxfp8.quantize(w, rowwise=False, colwise=True), group_sizes)
+    backends["wide"] = mxfp8_gemm.choose_backend(problem)
+    return w[0, 0, 0]
+
+  jax.eval_shape(choose, jax.ShapeDtypeStruct((len(sizes), k, 2**31 + 8), jnp.bfloat16))
+  assert backends == {"wide": "dequantize"}
+
+
 def test_lowers_to_one_fused_custom_call_without_a_dequantize():
   qx, qw, group_sizes = _forward_operands("decode_like")
   text = jax.jit(mxfp8.ragged_dot).lower(qx, qw, group_sizes).as_text()

@@ -179,6 +179,7 @@ FUSED_MAX_ROWS_PER_GROUP = 128
 FUSED_WGRAD_MAX_ROWS_PER_GROUP = 8
 FUSED_WGRAD_MAX_GROUPS = 65535  # one grid dimension of the CUDA kernel
 _FUSED_OUT_DTYPES = tuple(map(jnp.dtype, (jnp.bfloat16, jnp.float16, jnp.float32)))
+_FUSED_MAX_EXTENT = 2**31 - 1  # K and N of the forward / dgrad kernels: 32-bit row offsets
 
 
 def _fused_call(target, out_shape, out_dtype, operands, **attributes) -> jax.Array:
@@ -288,6 +289,8 @@ def fused_few_rows_misfit(problem: MXFP8GemmProblem) -> str | None:
   if k % 4 or n % 8:
     return (f"contracted dim {k} not a multiple of 4 or result columns {n} not a multiple "
             "of 8")
+  if max(k, n) > _FUSED_MAX_EXTENT:
+    return f"contracted dim {k} or result columns {n} past {_FUSED_MAX_EXTENT} (32-bit offsets)"
   if m > FUSED_MAX_ROWS_PER_GROUP * rhs.tensor.shape[0]:
     return f"more than {FUSED_MAX_ROWS_PER_GROUP} rows per group on average (compute-bound)"
   return None

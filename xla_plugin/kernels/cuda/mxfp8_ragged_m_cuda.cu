@@ -69,12 +69,10 @@ __device__ inline uint32_t Fp8PairToHalf2(uint32_t pair) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
-// The fast path's factor 2^(e - 127) of scale byte i of `word`: its scales are below 0xFF
-// (OutsideSafeScales), so the factor is e << 23, or 2^-127's bits for e = 0 (an integer max:
-// fewer instructions than ScaleFactor's two special cases).
-__device__ inline float SafeScaleFactor(uint32_t word, int i) {
-  const uint32_t bits = (i < 3 ? word << (23 - 8 * i) : word >> 1) & 0x7F800000u;
-  return __uint_as_float(max(bits, 0x00400000u));
+// Scale byte i of `word` at an f32 exponent's place (e << 23): the fast path's factors are
+// built from these by integer adds (FastFactor).
+__device__ inline uint32_t ScaleExponentBits(uint32_t word, int i) {
+  return (i < 3 ? word << (23 - 8 * i) : word >> 1) & 0x7F800000u;
 }
 
 __device__ inline float ScaleFactor(uint32_t e) {
@@ -130,17 +128,24 @@ struct BlockLoads {
 
 // --- the fast path --------------------------------------------------------------------------
 // It computes sum * 2^(ex + ew - 254) as one rounding of the exact value: the factor
-// 2^(ex - 127) * 2^(ew - 127) is exact while its exponent stays in f32's range [-149, 127],
-// and the block's sum is that of exact products (f16 codes multiply exactly in f32; 32 of them
-// stay below 2^37) accumulated in f32. Dequantize -> f32 matmul differs where a dequantized
-// element or a product of two overflows f32 (then Inf - Inf is NaN there, or Inf * 0; Inf
-// inputs get the scale 0xFE) or underflows: blocks whose scales reach those ranges take the
-// exact path, so both backends agree on NaN and Inf. Normal data never does.
+// 2^(ex - 127) * 2^(ew - 127) is exact while it is an f32, and the block's sum is that of exact
+// products (f16 codes multiply exactly in f32; 32 of them stay below 2^37) accumulated in f32.
+// Dequantize -> f32 matmul differs where a dequantized element or a product of two overflows
+// f32 (then Inf - Inf is NaN there, or Inf * 0; Inf inputs get the scale 0xFE) or underflows:
+// blocks whose scales reach those ranges take the exact path, so both backends agree on NaN
+// and Inf. The fast path also keeps the factor a normal f32, whose bits are then
+// (ex + ew - 127) << 23: one integer add instead of two factors and a multiply. Normal data
+// never leaves it.
 constexpr uint32_t kNeutralScale = 127;                 // 2^0: columns past N, rows past the pass
 constexpr uint32_t kNeutral4 = kNeutralScale * 0x01010101u;
 constexpr uint32_t kMaxSafeScale = 0xEF;                // 2^112 * 57344 (e5m2's max) < 2^128
 constexpr uint32_t kMaxSafeScaleSum = 127 + 127 + 96;   // products below 2^(96 + 32)
-constexpr uint32_t kMinSafeScaleSum = 127 + 127 - 149;  // factor at least 2^-149
+constexpr uint32_t kMinSafeScaleSum = 127 + 127 - 126;  // factor at least 2^-126 (normal)
+
+// The factor 2^(ew + ex - 254) from ScaleExponentBits of both scales (sum inside the range).
+__device__ inline float FastFactor(uint32_t w_bits, uint32_t x_bits) {
+  return __uint_as_float(w_bits + x_bits - (kNeutralScale << 23));
+}
 
 __device__ inline uint32_t MaxByte(uint32_t v) {
   return max(max(v & 0xFFu, (v >> 8) & 0xFFu), max((v >> 16) & 0xFFu, v >> 24));
@@ -150,22 +155,30 @@ __device__ inline uint32_t MinByte(uint32_t v) {
   return min(min(v & 0xFFu, (v >> 8) & 0xFFu), min((v >> 16) & 0xFFu, v >> 24));
 }
 
+// Whether any lane of the warp has a block outside the fast path's range (the same answer in
+// every lane). A lane group's 4 lanes hold the same weight scales, so lane t looks at word
+// t % kLaneWords of them, against the largest and smallest row scale of the warp: every
+// (row, column) pair of the warp is covered (some pairs by a bound), and the check costs a
+// few instructions a lane where each lane reducing its 4 words byte by byte cost ~50 (Hopper
+// has no byte-wise min and max).
 template <int kRowTiles>
-__device__ inline bool OutsideSafeScales(const BlockLoads<kRowTiles>& b) {
-  uint32_t w_max4 = b.w_scales[0], w_min4 = b.w_scales[0];
+__device__ inline bool UnsafeScales(const BlockLoads<kRowTiles>& b) {
+  constexpr int kWords = Slot<kRowTiles>::kLaneWords;
+  const int mine = threadIdx.x % 4 % kWords;
+  uint32_t w = b.w_scales[0];  // w_scales[mine] by selects: an index would put b on the stack
 #pragma unroll
-  for (int i = 1; i < Slot<kRowTiles>::kLaneWords; ++i) {
-    w_max4 = __vmaxu4(w_max4, b.w_scales[i]);
-    w_min4 = __vminu4(w_min4, b.w_scales[i]);
-  }
-  const uint32_t w_max = MaxByte(w_max4), w_min = MinByte(w_min4);
+  for (int i = 1; i < kWords; ++i) w = mine == i ? b.w_scales[i] : w;
+  const uint32_t w_max = MaxByte(w), w_min = MinByte(w);
   uint32_t x_max = b.x_scales[0][0], x_min = b.x_scales[0][0];
 #pragma unroll
   for (int h = 0; h < kRowTiles; ++h)
 #pragma unroll
     for (int i = 0; i < 2; ++i) x_max = max(x_max, b.x_scales[h][i]), x_min = min(x_min, b.x_scales[h][i]);
-  return w_max > kMaxSafeScale || x_max > kMaxSafeScale || w_max + x_max > kMaxSafeScaleSum ||
-         w_min + x_min < kMinSafeScaleSum;
+  x_max = __reduce_max_sync(0xffffffffu, x_max);
+  x_min = __reduce_min_sync(0xffffffffu, x_min);
+  return __any_sync(0xffffffffu, w_max > kMaxSafeScale || x_max > kMaxSafeScale ||
+                                     w_max + x_max > kMaxSafeScaleSum ||
+                                     w_min + x_min < kMinSafeScaleSum);
 }
 
 // --- loads ----------------------------------------------------------------------------------
@@ -188,21 +201,36 @@ __device__ inline void LoadWords(const uint8_t* p, uint32_t* words) {
   }
 }
 
-// Forward: the lane's 16 weight bytes of row k into `words`, zeros past K and N. kWide: N % 16
-// == 0, one aligned 16-byte load; else N % 16 == 8, two 8-byte halves.
+// p + i * stride for 32-bit i and stride: one wide multiply-add (IMAD.WIDE.U32) where 64-bit
+// operands cost a multiply of three instructions and, short of registers, reloads of the
+// kernel parameters they derive from (the forward's K loop had ~12 instructions per row).
+__device__ inline const uint8_t* Advance(const uint8_t* p, uint32_t i, uint32_t stride) {
+  return p + static_cast<uint64_t>(i) * stride;
+}
+
+// Forward: the lane's 16 bytes of the 8 weight rows kb + 8t .. kb + 8t + 7 into words[4 row ..],
+// zeros past K and N. kWide: N % 16 == 0, one aligned 16-byte load a row; else N % 16 == 8,
+// two 8-byte halves.
 template <bool kWide>
-__device__ inline void LoadWeightRow(const LaneOperands<1>& l, int64_t k, uint32_t* words) {
-  if (l.valid_cols == 0 || k >= l.k) {
-    words[0] = words[1] = words[2] = words[3] = 0;
-    return;
-  }
-  const uint8_t* row = l.w + k * l.n;
-  if (kWide) return LoadWords<4>(row, words);
-  LoadWords<2>(row, words);
-  if (l.valid_cols > 8) {
-    LoadWords<2>(row + 8, words + 2);
-  } else {
-    words[2] = words[3] = 0;
+__device__ inline void LoadWeightRows(const LaneOperands<1>& l, int64_t kb, uint32_t* words) {
+  const int64_t k0 = kb + 8 * (threadIdx.x % 4);
+  // Rows r < inside are inside K (32-bit compares from here on).
+  const int inside =
+      l.valid_cols == 0 ? 0 : static_cast<int>(MinI64(l.k - k0 < 0 ? 0 : l.k - k0, 8));
+  const uint32_t n = static_cast<uint32_t>(l.n);
+  const uint8_t* row0 = l.w + k0 * l.n;
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    uint32_t* row_words = words + 4 * r;
+    row_words[0] = row_words[1] = row_words[2] = row_words[3] = 0;
+    if (r >= inside) continue;
+    const uint8_t* row = Advance(row0, r, n);
+    if (kWide) {
+      LoadWords<4>(row, row_words);
+    } else {
+      LoadWords<2>(row, row_words);
+      if (l.valid_cols > 8) LoadWords<2>(row + 8, row_words + 2);
+    }
   }
 }
 
@@ -248,11 +276,10 @@ __device__ inline void LoadBlock(const LaneOperands<kRowTiles>& l, int64_t kb, B
     for (int s = 0; s < kSteps; ++s) b.x[h][s] = LoadXWord(l.x[h], kb + 8 * t + 4 * s, l.k);
   if constexpr (!kTransposed) {
     static_assert(kRowTiles == 1, "the forward's passes are of one row tile (kOneTilePasses)");
-#pragma unroll
-    for (int row = 0; row < 8; ++row)
-      LoadWeightRow<kWide>(l, kb + 8 * t + row, b.w + 4 * row);
+    LoadWeightRows<kWide>(l, kb, b.w);
     if (l.valid_cols > 0) {
-      LoadWords<4>(l.w_scales + block * l.w_scale_row_bytes, b.w_scales);
+      LoadWords<4>(Advance(l.w_scales, static_cast<uint32_t>(block),
+                           static_cast<uint32_t>(l.w_scale_row_bytes)), b.w_scales);
     } else {
       b.w_scales[0] = b.w_scales[1] = kNeutral4;
     }
@@ -287,8 +314,11 @@ template <int kRowTiles>
 __device__ inline void PrefetchForwardBlock(const LaneOperands<kRowTiles>& l, int64_t kb) {
   const int lane = threadIdx.x % 32;
   const int64_t row = kb + lane;
-  if (row < l.k)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(l.w - Slot<kRowTiles>::kLaneCols * (lane / 4) + row * l.n));
+  if (row < l.k) {
+    const uint8_t* warp_w = l.w - Slot<kRowTiles>::kLaneCols * (lane / 4);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(
+        Advance(warp_w, static_cast<uint32_t>(row), static_cast<uint32_t>(l.n))));
+  }
 }
 
 // --- multiplies -----------------------------------------------------------------------------
@@ -325,7 +355,7 @@ using Accumulators = float[kRowTiles][Slot<kRowTiles>::kColTiles][4];
 template <int kRowTiles, bool kTransposed, Fp8Format kLhs, Fp8Format kRhs>
 __device__ inline void MultiplyBlock(const BlockLoads<kRowTiles>& b, Accumulators<kRowTiles>& acc) {
   uint32_t x_frag[kRowTiles][kSteps][2];
-  float x_scale[kRowTiles][2];
+  uint32_t x_bits[kRowTiles][2];
 #pragma unroll
   for (int h = 0; h < kRowTiles; ++h) {
 #pragma unroll
@@ -333,8 +363,8 @@ __device__ inline void MultiplyBlock(const BlockLoads<kRowTiles>& b, Accumulator
       x_frag[h][s][0] = Fp8PairToHalf2<kLhs>(b.x[h][s] & 0xFFFFu);  // k-slots 2t, 2t+1
       x_frag[h][s][1] = Fp8PairToHalf2<kLhs>(b.x[h][s] >> 16);      // k-slots 2t+8, 2t+9
     }
-    x_scale[h][0] = SafeScaleFactor(b.x_scales[h][0], 0);
-    x_scale[h][1] = SafeScaleFactor(b.x_scales[h][1], 0);
+    x_bits[h][0] = ScaleExponentBits(b.x_scales[h][0], 0);
+    x_bits[h][1] = ScaleExponentBits(b.x_scales[h][1], 0);
   }
 #pragma unroll
   for (int j = 0; j < Slot<kRowTiles>::kColTiles; ++j) {
@@ -346,13 +376,13 @@ __device__ inline void MultiplyBlock(const BlockLoads<kRowTiles>& b, Accumulator
 #pragma unroll
       for (int h = 0; h < kRowTiles; ++h) Mma16816(a, x_frag[h][s], c[h]);
     }
-    const float w_scale[2] = {SafeScaleFactor(b.w_scales[j / 2], 2 * (j % 2)),
-                              SafeScaleFactor(b.w_scales[j / 2], 2 * (j % 2) + 1)};
+    const uint32_t w_bits[2] = {ScaleExponentBits(b.w_scales[j / 2], 2 * (j % 2)),
+                                ScaleExponentBits(b.w_scales[j / 2], 2 * (j % 2) + 1)};
 #pragma unroll
     for (int h = 0; h < kRowTiles; ++h)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        acc[h][j][i] = fmaf(c[h][i], w_scale[i / 2] * x_scale[h][i % 2], acc[h][j][i]);
+        acc[h][j][i] = fmaf(c[h][i], FastFactor(w_bits[i / 2], x_bits[h][i % 2]), acc[h][j][i]);
   }
 }
 
@@ -477,7 +507,7 @@ __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const
     if (!kTransposed && block + kWarps < blocks) PrefetchForwardBlock(l, kb + kWarps * mxfp8::kBlockSize);
     BlockLoads<kRowTiles> loads;
     LoadBlock<kRowTiles, kTransposed, kWide>(l, kb, loads);
-    if (__any_sync(0xffffffffu, OutsideSafeScales(loads))) {
+    if (UnsafeScales(loads)) {
       MultiplyBlockExactly<kRowTiles, kTransposed, kLhs, kRhs>(p, o, pass, l, kb, loads, acc);
     } else {
       MultiplyBlock<kRowTiles, kTransposed, kLhs, kRhs>(loads, acc);
@@ -605,8 +635,9 @@ cudaError_t LaunchMxfp8RaggedM(const RaggedMProblem& p, const RaggedMOperands& o
                                cudaStream_t stream) {
   if (p.rows == 0 || p.n == 0) return cudaSuccess;
   if (UseWgmma(p, o)) return LaunchMxfp8RaggedMWgmma(p, o, stream);
-  if (p.k % 4 != 0 || p.n % 8 != 0 || !Aligned(o.lhs, 4) || !Aligned(o.rhs, 16) ||
-      !Aligned(o.rhs_scales, 16))
+  // K and N fit 32 bits (Advance's operands).
+  if (p.k % 4 != 0 || p.n % 8 != 0 || p.k > kMaxInt32 || p.n > kMaxInt32 || !Aligned(o.lhs, 4) ||
+      !Aligned(o.rhs, 16) || !Aligned(o.rhs_scales, 16))
     return cudaErrorInvalidValue;
   return mxfp8_ragged_m::Dispatch<MmaKernel>(p, o, stream);
 }
