@@ -241,6 +241,9 @@ def test_errors_name_the_argument():
     jgg.grouped_dense(x, kernel, sizes[:3], recipe=recipe)
   with pytest.raises(TypeError, match="group_offset: expected an integer array of shape \\(1,\\)"):
     jgg.grouped_dense(x, kernel, sizes, recipe=recipe, group_offset=jnp.array([1.7]))
+  for no_recipe in (None, recipe):
+    with pytest.raises(TypeError, match="kernel: holds 4 groups, more than the 3 of group_sizes"):
+      jgg.grouped_dense(x, kernel, sizes[:3], recipe=no_recipe, group_offset=jnp.array([0]))
   with pytest.raises(ValueError, match="kernel: a pre-quantized kernel must be a \\[G, K, N\\]"):
     jgg.grouped_dense(x, quantize(kernel[0]), sizes, recipe=recipe)
   with pytest.raises(TypeError, match="forward_dtype: expected float8_e4m3fn or float8_e5m2"):

@@ -141,6 +141,14 @@ def test_trace_time_errors_name_the_argument(name):
 _NT = lax.RaggedDotDimensionNumbers
 
 
+def test_group_offset_is_refused_where_the_ragged_dimension_is_a_batch_dimension():
+  lhs, rhs, group_sizes = jnp.ones((3, 10, 8)), jnp.ones((3, 8, 6)), jnp.array([4, 3, 3])
+  dims = _NT((([2], [1]), ([0], [0])), [0], [])
+  assert jgg.ragged_dot_general(lhs, rhs, group_sizes, dims).shape == (3, 10, 6)
+  with pytest.raises(TypeError, match="group_offset: not supported where the ragged dimension"):
+    jgg.ragged_dot_general(lhs, rhs, group_sizes, dims, group_offset=jnp.zeros((1,), jnp.int32))
+
+
 @pytest.mark.parametrize("dims, group_sizes", [
     (_NT((([1], [1]), ([], [])), [0], [3]), jnp.array([2, 3], jnp.int32)),   # past rhs's rank
     (_NT((([1], [1]), ([], [])), [0], [-1]), jnp.array([2, 3], jnp.int32)),  # negative

@@ -136,6 +136,10 @@ def _check_operands(x, kernel, group_sizes, group_offset):
   if group_offset is None and group_sizes.shape[0] != kernel.shape[0]:
     raise TypeError(f"group_sizes: expected {kernel.shape[0]} groups (kernel.shape[0]), got "
                     f"{group_sizes.shape[0]}; with group_offset it may hold more")
+  if group_offset is not None and kernel.shape[0] > group_sizes.shape[0]:
+    raise TypeError(f"kernel: holds {kernel.shape[0]} groups, more than the "
+                    f"{group_sizes.shape[0]} of group_sizes (with group_offset, kernel holds a "
+                    "slice of the groups)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,12 +68,15 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
                        preferred_element_type=None, group_offset=None, out_sharding=None):
   """jax.lax.ragged_dot_general on the grouped-GEMM kernels (same signature and results).
 
+  Operands and results are f32, bf16 or f16 (the kernels' types): f64 and integer types,
+  which jax.lax also takes, raise a TypeError naming the argument.
   `precision` is accepted for compatibility: f32 operands are always multiplied
   in full f32, bf16/f16 operands always accumulate in f32. MXFP8Tensor operands
   (jgg.mxfp8.quantize) are multiplied at their exact dequantized values
   (jax_grouped_gemm.mxfp8_gemm).
   With `group_offset` in ragged-contracting mode, output group j is global group
-  offset + j (groups past the end of group_sizes are zero).
+  offset + j (groups past the end of group_sizes are zero); where the ragged dimension is a
+  batch dimension, group_offset is refused.
   """
   out_sharding = ops.canonical_out_sharding(out_sharding)
   if _is_mxfp8(lhs) or _is_mxfp8(rhs):
@@ -150,6 +153,9 @@ def _rhs_group_dim(rhs_ndim: int, dims, group_sizes) -> int | None:
 
 
 def _checked_group_offset(group_offset, mode, rhs, dims, group_sizes):
+  if mode is Mode.RAGGED_BATCH:
+    raise TypeError("group_offset: not supported where the ragged dimension is a batch "
+                    "dimension (group sizes do not select rhs groups there)")
   group_offset = checked_group_offset(group_offset)
   d = _rhs_group_dim(rhs.ndim, dims, group_sizes)
   if mode is Mode.RAGGED_NONCONTRACTING and d is not None:
