@@ -377,6 +377,14 @@ def test_symbolic_ragged_rows_export_and_a_symbolic_batch_is_refused_by_name():
                       struct((b, 3), jnp.int32), platforms=("cpu",))
 
 
+def test_a_partitioned_jit_is_refused_with_the_way_out():
+  mesh = _cpu_mesh()
+  x = jax.device_put(jnp.ones((16, 3)), NamedSharding(mesh, P("expert")))
+  w, sizes = jnp.ones((2, 3, 4)), jnp.array([9, 7], jnp.int32)
+  with pytest.raises(NotImplementedError, match="Export a fully manual jax.shard_map"):
+    jgg.export.export(jgg.ragged_dot, x, w, sizes, platforms=("cpu",))
+
+
 def test_load_names_a_damaged_artifact_in_one_error(tmp_path):
   """Whatever is wrong with the files is an IncompatibleArtifactError naming the file, at
   load time: not a KeyError, a JSON, NumPy or OS error, nor a shape error at the first call."""

@@ -138,8 +138,16 @@ def export(fn, *args_specs, platforms: Sequence[str] | None = DEFAULT_PLATFORMS,
     raise ValueError(f"platforms: jax_grouped_gemm's targets exist for {sorted(known)}, not "
                      f"{unknown}")
   checks = custom_call_checks() + list(disabled_checks)
-  return jax.export.export(jitted, platforms=platforms, disabled_checks=checks)(
-      *args_specs, **kwargs_specs)
+  try:
+    return jax.export.export(jitted, platforms=platforms, disabled_checks=checks)(
+        *args_specs, **kwargs_specs)
+  except NotImplementedError as e:
+    if "host_callbacks" not in str(e):
+      raise
+    raise NotImplementedError(
+        "fn: a jit partitioned over several devices does not export: the jgg ops' "
+        "custom_partitioning keeps a Python callback in the program. Export a fully manual "
+        "jax.shard_map of it instead (the ops then lower to plain custom calls).") from e
 
 
 def export_per_platform(fn, *args_specs, platforms: Sequence[str] = DEFAULT_PLATFORMS,
