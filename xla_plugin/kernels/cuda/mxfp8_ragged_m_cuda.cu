@@ -157,10 +157,10 @@ __device__ inline uint32_t MinByte(uint32_t v) {
 
 // Whether any lane of the warp has a block outside the fast path's range (the same answer in
 // every lane). A lane group's 4 lanes hold the same weight scales, so lane t looks at word
-// t % kLaneWords of them, against the largest and smallest row scale of the warp: every
-// (row, column) pair of the warp is covered (some pairs by a bound), and the check costs a
-// few instructions a lane where each lane reducing its 4 words byte by byte cost ~50 (Hopper
-// has no byte-wise min and max).
+// t % kLaneWords of them, against the largest and smallest row scale of the warp (every lane
+// group has the same rows): the answer of each lane checking all of its own, for a few
+// instructions a lane where reducing 4 words byte by byte cost ~50 (Hopper has no byte-wise
+// min and max).
 template <int kRowTiles>
 __device__ inline bool UnsafeScales(const BlockLoads<kRowTiles>& b) {
   constexpr int kWords = Slot<kRowTiles>::kLaneWords;
