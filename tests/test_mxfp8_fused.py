@@ -31,6 +31,9 @@ from mxfp8_gemm_reference import check_product, dequantized, product
 mxfp8 = jgg.mxfp8
 E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
 
+MANY_SMALL_GROUPS = [7 * g % 6 for g in range(301)]  # sum 750
+MANY_GROUPS_OF_TENS = [11 * g % 41 for g in range(133)]  # sum 2627
+
 CASES = {  # (M, K, N, group sizes)
     "decode_like": (40, 96, 64, [3, 0, 9, 1, 17, 0, 2, 4]),       # 9, 17: several passes
     "zero_tail": (50, 100, 72, [5, 0, 8, 1]),                     # sum 14 < 50; K % 32 != 0
@@ -50,6 +53,11 @@ CASES = {  # (M, K, N, group sizes)
     # 40 groups of 0 to 127 rows: the wgmma kernel's 51 row tiles x 5 column blocks (more
     # blocks than the GPU holds at once), 5 steps of K each; sum 1900 < 1950.
     "many_items": (1950, 320, 528, [33, 70, 0, 64, 65, 1, 127, 20] * 5),
+    # More groups than one window of the kernels' group walk (128 a round trip, 4 a lane):
+    # 301 groups of 0-5 rows (the mma kernel; the last window's last lane has one group) and
+    # 133 of 0-40 (the wgmma kernel).
+    "many_groups": (760, 64, 40, MANY_SMALL_GROUPS),
+    "many_groups_tens_of_rows": (2700, 64, 144, MANY_GROUPS_OF_TENS),
 }
 
 
@@ -67,6 +75,8 @@ DGRAD_CASES = {
     "tens_of_rows": (300, 272, 160, [70, 0, 150, 33, 1, 0]),  # as CASES says, contracting 160
     "tens_of_rows_long_k": (200, 144, 672, [40, 0, 100, 31]),  # as CASES says, contracting 672
     "many_items": (1950, 528, 320, [33, 70, 0, 64, 65, 1, 127, 20] * 5),  # as CASES says
+    "many_groups": (760, 40, 64, MANY_SMALL_GROUPS),                    # as CASES says
+    "many_groups_tens_of_rows": (2700, 144, 64, MANY_GROUPS_OF_TENS),  # as CASES says
 }
 
 

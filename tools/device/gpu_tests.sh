@@ -4,34 +4,42 @@
 #   tools/device/gpu_tests.sh [pytest args...]     logs under $OUT (or /tmp/jgg-gpu)
 # The whole suite takes over one device call's 600 s when run serially (H100, 2026-11-24), so:
 #   PART=i/n  runs the i-th of n parts of the test files (alternate files in name order);
-#   JOBS=n    runs all n parts at once, each its own pytest process (the GPU tests are mostly
-#             compilation on the host's cores; GPU memory is allocated on demand), logs in
-#             $OUT/part<i>/, and fails if any part fails. On an H200 (2026-11-29) six parts
-#             took 120-255+ s each, the two holding test_cuda / test_mxfp8_fused and
-#             test_mxfp8_cuda / test_mxfp8_grouped the longest.
+#   JOBS=n    runs every test file as its own pytest process, n at a time, the slowest known
+#             files first, then the others largest first (the GPU tests are mostly compilation
+#             on the host's cores; GPU memory is allocated on demand); logs in $OUT/files/,
+#             fails if any file fails. On an H200 (2026-11-29) the slowest files took 90-125 s
+#             each with six running at once; JOBS=n parts of whole test-file lists (before)
+#             left one part holding test_cuda, test_flax and test_mxfp8_cuda past 340 s.
 set -uo pipefail
 out="${OUT:-/tmp/jgg-gpu}"
 mkdir -p "$out"
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv | tee "$out/gpu.txt"
+python3 -c "import jax, jax_grouped_gemm._native as n; print(jax.devices(), 'cuda built:', n.CUDA_BUILT)"
 
 if [[ -n "${JOBS:-}" ]]; then
-  export XLA_PYTHON_CLIENT_PREALLOCATE=false  # the parts share the GPU
-  pids=()
-  for ((i = 1; i <= JOBS; i++)); do
-    PART="$i/$JOBS" JOBS= OUT="$out/part$i" bash "$0" "$@" > "$out/part$i.txt" 2>&1 &
-    pids+=("$!")
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false  # the processes share the GPU
+  mkdir -p "$out/files"
+  slowest=(tests/test_cuda.py tests/test_mxfp8_cuda.py tests/test_mxfp8_fused.py tests/test_flax.py)
+  mapfile -t files < <({ printf '%s\n' "${slowest[@]}"; ls -S tests/test_*.py; } | awk '!seen[$0]++')
+  run_file() {  # pytest's 5: nothing collected (a -k that selects none of the file's tests)
+    python3 -m pytest -q -p no:cacheprovider "$@" > "$out/files/$(basename "$1" .py).log" 2>&1
+    local rc=$?
+    echo "$(basename "$1"): $(tail -n 1 "$out/files/$(basename "$1" .py).log")"
+    (( rc == 0 || rc == 5 ))
+  }
+  status=0 running=0
+  for f in "${files[@]}"; do
+    [[ -f $f ]] || continue
+    if (( running >= JOBS )); then wait -n || status=1; running=$((running - 1)); fi
+    run_file "$f" "$@" &
+    running=$((running + 1))
   done
-  status=0
-  for i in "${!pids[@]}"; do
-    wait "${pids[$i]}" || status=1
-    echo "part $((i + 1))/$JOBS: $(tail -n 1 "$out/part$((i + 1))/pytest.log" 2>/dev/null)"
-  done
+  while (( running > 0 )); do wait -n || status=1; running=$((running - 1)); done
   exit "$status"
 fi
 
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv | tee "$out/gpu.txt"
-python3 -c "import jax, jax_grouped_gemm._native as n; print(jax.devices(), 'cuda built:', n.CUDA_BUILT)"
 targets=(tests)
 if [[ -n "${PART:-}" ]]; then
   mapfile -t files < <(ls tests/test_*.py | sort)

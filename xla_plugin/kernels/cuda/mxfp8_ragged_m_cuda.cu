@@ -559,7 +559,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) Mxfp8RaggedMKernel(
     if (threadIdx.x < 32) {
       const bool found = mxfp8_ragged_m::LocatePass(p, o.group_sizes, slot, kOneTilePasses<kTransposed>, &pass);
       __syncwarp();  // pass.row_begin and rows, written by one lane
-      if (found && !pass.tail) mxfp8_ragged_m::LocateLhsScales(p, o.lhs_group_sizes, &pass);
+      if (found && !pass.tail)
+        mxfp8_ragged_m::LocateLhsScales(p, o.lhs_group_sizes, o.group_sizes, &pass);
       if (threadIdx.x == 0) has_work = found;
     }
     __syncthreads();

@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) Mxfp8RaggedMWgmmaKerne
                                                     &s.pass, kTileM);
       __syncwarp();
       if (found && !s.pass.tail)
-        mxfp8_ragged_m::LocateLhsScaleRows(p, o.lhs_group_sizes, s.pass.row_begin, s.pass.rows,
+        mxfp8_ragged_m::LocateLhsScaleRows(p, o.lhs_group_sizes, o.group_sizes, s.pass,
                                            s.lhs_scale_offsets);
       if (threadIdx.x == 0) s.has_work = found;
     }
