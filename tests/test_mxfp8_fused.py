@@ -13,6 +13,7 @@ kernel's exact path). Runs on the default backend (the CPU handler in CI, the CU
 a GPU), outputs poisoned first (conftest), so an unwritten element is NaN.
 """
 
+import re
 import textwrap
 
 import jax
@@ -188,6 +189,26 @@ def test_lowers_to_one_fused_custom_call_without_a_dequantize():
   text = jax.jit(mxfp8.ragged_dot).lower(qx, qw, group_sizes).as_text()
   assert jgg._native.MXFP8_RAGGED_M_TARGET in text
   assert jgg._native.MXFP8_DEQUANTIZE_TARGET not in text
+
+
+def test_grouped_dense_gives_its_gemms_its_group_sizes_as_the_lhs_sizes():
+  """An lhs grouped by the GEMM's very sizes buffer has its scale rows located with no second
+  walk of the group sizes (LocateLhsScaleRows): in grouped_dense's forward and dgrad, the
+  custom call's group sizes and lhs group sizes are one HLO value, so one buffer."""
+  m, k, n, sizes = CASES["decode_like"]
+  rng = np.random.default_rng(3)
+  x = jnp.asarray(_values(rng, (m, k)), jnp.bfloat16)
+  w = jnp.asarray(_values(rng, (len(sizes), k, n)), jnp.bfloat16)
+  loss = lambda x, w, group_sizes: jnp.sum(jgg.grouped_dense(
+      x, w, group_sizes, recipe=jgg.MXFP8Recipe()).astype(jnp.float32) ** 2)
+  text = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(
+      x, w, jnp.asarray(sizes, jnp.int32)).compile().as_text()
+  calls = re.findall(r"custom-call\(([^)]*)\), custom_call_target=\"" +
+                     jgg._native.MXFP8_RAGGED_M_TARGET + '"', text)
+  assert len(calls) == 2, text  # the forward and dgrad
+  for operands in calls:
+    names = [name.strip() for name in re.sub(r"/\*.*?\*/", "", operands).split(",")]
+    assert len(names) == 6 and names[4] == names[5], operands
 
 
 # --- numerics -------------------------------------------------------------------------------
