@@ -21,12 +21,15 @@ python3 -c "import jax, jax_grouped_gemm._native as n; print(jax.devices(), 'cud
 if [[ -n "${JOBS:-}" ]]; then
   export XLA_PYTHON_CLIENT_PREALLOCATE=false  # the processes share the GPU
   mkdir -p "$out/files"
-  slowest=(tests/test_cuda.py tests/test_mxfp8_cuda.py tests/test_mxfp8_fused.py tests/test_flax.py)
-  mapfile -t files < <({ printf '%s\n' "${slowest[@]}"; ls -S tests/test_*.py; } | awk '!seen[$0]++')
+  slowest=(tests/test_cuda.py tests/test_mxfp8_cuda.py tests/test_mxfp8_fused.py
+           tests/test_flax.py)
+  mapfile -t files < <({ printf '%s\n' "${slowest[@]}"; ls -S tests/test_*.py; } |
+                       awk '!seen[$0]++')
   run_file() {  # pytest's 5: nothing collected (a -k that selects none of the file's tests)
-    python3 -m pytest -q -p no:cacheprovider "$@" > "$out/files/$(basename "$1" .py).log" 2>&1
+    local log="$out/files/$(basename "$1" .py).log"
+    python3 -m pytest -q -p no:cacheprovider "$@" > "$log" 2>&1
     local rc=$?
-    echo "$(basename "$1"): $(tail -n 1 "$out/files/$(basename "$1" .py).log")"
+    echo "$(basename "$1"): $(tail -n 1 "$log")"
     (( rc == 0 || rc == 5 ))
   }
   status=0 running=0
