@@ -6,8 +6,9 @@
 // the accumulator (see "the fast path" below for why that is the dequantized product).
 //
 // Work: a block computes one slot (mxfp8_ragged_m_passes.cuh): the 8R rows of a pass of R row
-// tiles (R = 1, 2 or 4) for 128 / R output columns, R mmas per weight fragment; its 8 warps
-// take every 8th MX block of K each, and their sums are added in a fixed order.
+// tiles (R = 1, 2 or 4) for 128 / R output columns, R mmas per weight fragment; its warps
+// (8 forward, 4 dgrad) take every 8th (4th) MX block of K each, and their sums are added in a
+// fixed order.
 // The order of K inside a 16-deep step is free as long as both operands use it: lane (g, t)
 // takes the contraction indices 8t + 4s + {0..3} of MX-block step s as its k-slots {2t, 2t+1,
 // 2t+8, 2t+9}, so its slice of each x row is one 4-byte word per step. Each lane owns 16 / R
@@ -43,12 +44,21 @@ using mxfp8::RaggedMProblem;
 using mxfp8_ragged_m::kTileRows;
 using mxfp8_ragged_m::Pass;
 
-constexpr int kWarps = 8;                 // a block's warps split K
-constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockCols = 128;           // output columns per block: those of one pass of 1 row tile
 constexpr int kStepK = 16;                // mma depth
 constexpr int kSteps = mxfp8::kBlockSize / kStepK;  // mma steps per MX block
-constexpr int kMinBlocksPerSm = 2;        // 16 warps: 64 KB of weights in flight per SM
+constexpr int kWarpsPerSm = 16;           // 64 KB of weights in flight per SM
+
+// A block's warps split K. Dgrad's blocks are of 4 warps, so that its slot lookup and
+// partial-sum reduction, done while the block's other warps wait, hold half as many warps:
+// H200 (2026-11-30), decode-zipf dgrad 0.127 -> 0.115-0.116 ms, decode 0.146 -> 0.138-0.139;
+// the forward lost 4% on decode with 4 (2 and 1 warps: 10-60% slower in both directions).
+template <bool kTransposed>
+constexpr int kWarps = kTransposed ? 4 : 8;
+template <bool kTransposed>
+constexpr int kThreads = 32 * kWarps<kTransposed>;
+template <bool kTransposed>
+constexpr int kMinBlocksPerSm = kWarpsPerSm / kWarps<kTransposed>;
 
 // What a slot of a pass of kRowTiles row tiles computes: 8 kRowTiles rows for kCols columns,
 // the columns of lane group g (lanes 4g .. 4g + 3) being kLaneCols of them.
@@ -436,9 +446,10 @@ __device__ void MultiplyBlockExactly(const RaggedMProblem& p, const RaggedMOpera
 // --- a pass ---------------------------------------------------------------------------------
 
 // Per warp, per row of the slot and column of its chunk: its sum over the warp's K, at the
-// column's place (ColumnSlot), rows of Slot<R>::kCols floats; the same 32 KB for every R.
+// column's place (ColumnSlot), rows of Slot<R>::kCols floats; 4 KB a warp for every R.
+template <int kBlockWarps>
 struct PartialSums {
-  float sums[kWarps * kTileRows * kBlockCols];
+  float sums[kBlockWarps * kTileRows * kBlockCols];
 };
 
 // Where lane group g stores its local columns 4q .. 4q + 3 of a row, as one 16-byte store
@@ -466,7 +477,7 @@ __device__ inline int ChunkColumn(int g, int c) {
 
 template <int kRowTiles, bool kTransposed, bool kWide, Fp8Format kLhs, Fp8Format kRhs, typename O>
 __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const Pass& pass,
-                        PartialSums& partial) {
+                        PartialSums<kWarps<kTransposed>>& partial) {
   using S = Slot<kRowTiles>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -494,17 +505,19 @@ __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const
     l.x_scale_rows[i] = kRowTiles == 1 && offset >= 0 ? o.lhs_scales + offset : nullptr;
   }
 
-  // The warp's MX blocks of K: every kWarps-th one from its index on, so that the block's
+  // The warp's MX blocks of K: one in kBlockWarps from its index on, so that the block's
   // warps read neighbouring MX blocks at about the same time: in dgrad, whole stretches of each
   // weight row (8 x 32 bytes) instead of 32-byte pieces a warp's share apart (decode dgrad
   // 0.228 -> 0.213 ms, forward 0.175 -> 0.165 ms on an H100, against contiguous shares).
   // (Loading the next block while multiplying this one needs 170 registers, so 8 warps per SM
   // instead of 16: slower, measured.)
+  constexpr int kBlockWarps = kWarps<kTransposed>;
   const int64_t blocks = CeilDiv(p.k, mxfp8::kBlockSize);
   Accumulators<kRowTiles> acc = {};
-  for (int64_t block = warp; block < blocks; block += kWarps) {
+  for (int64_t block = warp; block < blocks; block += kBlockWarps) {
     const int64_t kb = block * mxfp8::kBlockSize;
-    if (!kTransposed && block + kWarps < blocks) PrefetchForwardBlock(l, kb + kWarps * mxfp8::kBlockSize);
+    if (!kTransposed && block + kBlockWarps < blocks)
+      PrefetchForwardBlock(l, kb + kBlockWarps * mxfp8::kBlockSize);
     BlockLoads<kRowTiles> loads;
     LoadBlock<kRowTiles, kTransposed, kWide>(l, kb, loads);
     if (UnsafeScales(loads)) {
@@ -529,13 +542,13 @@ __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const
       }
   __syncthreads();
   O* out = static_cast<O*>(o.out);
-  for (int e = threadIdx.x; e < pass.rows * S::kCols; e += kThreads) {
+  for (int e = threadIdx.x; e < pass.rows * S::kCols; e += kThreads<kTransposed>) {
     const int r = e / S::kCols, c = e % S::kCols;
     if (col0 + c >= p.n) continue;
     const float* column = partial.sums + r * S::kCols + ColumnSlot<kRowTiles, kTransposed>(c);
     float sum = column[0];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) sum += column[w * S::kRows * S::kCols];
+    for (int w = 1; w < kBlockWarps; ++w) sum += column[w * S::kRows * S::kCols];
     // A row of no lhs group is 0 whatever its codes hold.
     out[(pass.row_begin + r) * p.n + col0 + c] = FromFloat<O>(pass.lhs_scale_offsets[r] >= 0 ? sum : 0.0f);
   }
@@ -549,9 +562,9 @@ template <bool kTransposed>
 constexpr bool kOneTilePasses = !kTransposed;
 
 template <bool kTransposed, bool kWide, Fp8Format kLhs, Fp8Format kRhs, typename O>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) Mxfp8RaggedMKernel(RaggedMProblem p,
-                                                               RaggedMOperands o, int64_t slots) {
-  __shared__ __align__(16) PartialSums partial;  // 16-byte stores (RunPass)
+__global__ void __launch_bounds__(kThreads<kTransposed>, kMinBlocksPerSm<kTransposed>)
+    Mxfp8RaggedMKernel(RaggedMProblem p, RaggedMOperands o, int64_t slots) {
+  __shared__ __align__(16) PartialSums<kWarps<kTransposed>> partial;  // 16-byte stores (RunPass)
   __shared__ Pass pass;
   __shared__ bool has_work;
   for (int64_t slot = blockIdx.y; slot < slots; slot += gridDim.y) {
@@ -588,10 +601,11 @@ cudaError_t Launch(const RaggedMProblem& p, const RaggedMOperands& o, cudaStream
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, kBlockCols)),
                   static_cast<unsigned>(MinI64(kMaxGridYZ, slots)));  // more slots loop
   const bool wide = kTransposed ? p.k % 8 == 0 : p.n % 16 == 0;
+  constexpr int kBlockThreads = kThreads<kTransposed>;
   if (wide) {
-    Mxfp8RaggedMKernel<kTransposed, true, kLhs, kRhs, O><<<grid, kThreads, 0, stream>>>(p, o, slots);
+    Mxfp8RaggedMKernel<kTransposed, true, kLhs, kRhs, O><<<grid, kBlockThreads, 0, stream>>>(p, o, slots);
   } else {
-    Mxfp8RaggedMKernel<kTransposed, false, kLhs, kRhs, O><<<grid, kThreads, 0, stream>>>(p, o, slots);
+    Mxfp8RaggedMKernel<kTransposed, false, kLhs, kRhs, O><<<grid, kBlockThreads, 0, stream>>>(p, o, slots);
   }
   return cudaGetLastError();
 }
