@@ -52,7 +52,7 @@ constexpr int kWarpsPerSm = 16;           // 64 KB of weights in flight per SM
 // A block's warps split K. Dgrad's blocks are of 4 warps, so that its slot lookup and
 // partial-sum reduction, done while the block's other warps wait, hold half as many warps:
 // H200 (2026-11-30), decode-zipf dgrad 0.127 -> 0.115-0.116 ms, decode 0.146 -> 0.138-0.139;
-// the forward lost 4% on decode with 4 (2 and 1 warps: 10-60% slower in both directions).
+// the forward lost 4-6% on decode with 4 (2 and 1 warps: 10-60% slower in both directions).
 template <bool kTransposed>
 constexpr int kWarps = kTransposed ? 4 : 8;
 template <bool kTransposed>
