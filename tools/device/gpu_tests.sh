@@ -10,8 +10,8 @@
 #             fails if any file fails. On an H200 (2026-11-29) the slowest files took 90-125 s
 #             each with six running at once; JOBS=n parts of whole test-file lists (before)
 #             left one part holding test_cuda, test_flax and test_mxfp8_cuda past 340 s.
-#             JOBS=8 ran the whole suite in 273 s on an H200 (2026-11-30; the longest file,
-#             test_mxfp8_emulated, 251 s).
+#             JOBS=8 ran the whole suite in 273 s on an H200 (2026-11-30), test_mxfp8_emulated
+#             (251 s, started late) last; the list of slowest files below is that run's.
 set -uo pipefail
 out="${OUT:-/tmp/jgg-gpu}"
 mkdir -p "$out"
@@ -23,8 +23,8 @@ python3 -c "import jax, jax_grouped_gemm._native as n; print(jax.devices(), 'cud
 if [[ -n "${JOBS:-}" ]]; then
   export XLA_PYTHON_CLIENT_PREALLOCATE=false  # the processes share the GPU
   mkdir -p "$out/files"
-  slowest=(tests/test_cuda.py tests/test_mxfp8_cuda.py tests/test_mxfp8_fused.py
-           tests/test_flax.py)
+  slowest=(tests/test_mxfp8_emulated.py tests/test_mxfp8_fused.py tests/test_cuda.py
+           tests/test_mxfp8_cuda.py tests/test_moe.py tests/test_flax.py)
   mapfile -t files < <({ printf '%s\n' "${slowest[@]}"; ls -S tests/test_*.py; } |
                        awk '!seen[$0]++')
   run_file() {  # pytest's 5: nothing collected (a -k that selects none of the file's tests)
