@@ -42,6 +42,9 @@ CASES = {  # (M, K, N, group sizes)
     "long_k_wide_n": (12, 1100, 520, [6, 6]),                     # all 8 warps' K, 5 column blocks
     "n_multiple_of_16": (24, 256, 384, [7, 0, 13, 4]),            # 16-byte weight loads
     "one_group": (8, 32, 8, [8]),
+    # 5 rows per group on average (the mma kernel) with one group of 5 row tiles (a pass of 4
+    # and one of 1), N % 16 == 8 and a last column block of 72.
+    "one_large_group_among_small": (80, 96, 200, [40, 1, 0, 2, 3, 1, 0, 2, 5, 1, 0, 3, 2, 4, 1, 0]),
     # Groups of 11, 3, 5 and 2 row tiles (DGRAD_CASES says why).
     "large_groups": (160, 200, 200, [83, 0, 23, 33, 11, 0, 0, 0, 0, 0]),
     # Tens of rows per group (50 on average): on Hopper the wgmma kernel, whose tiles are 64

@@ -84,7 +84,7 @@ def demangle(names: list[str]) -> dict[str, str]:
 
 
 def _without_signature(demangled: str) -> str:
-  name = demangled.removeprefix("void ")
+  name = demangled.removeprefix("void ").replace("(anonymous namespace)::", "")
   depth = 0
   for i, c in enumerate(name):  # the parameter list: the first "(" outside template brackets
     depth += {"<": 1, ">": -1}.get(c, 0)
@@ -106,13 +106,22 @@ def _tree(dest: pathlib.Path, worktree: bool, patch: pathlib.Path | None) -> pat
   return dest
 
 
+# nvcc names a file's anonymous namespace after the file's path and a hash
+# (_GLOBAL__N__89b8bf71_4_t_cu_58a74e26), so the same kernel of two trees has two names.
+_ANONYMOUS_NAMESPACE = re.compile(r"\d+_GLOBAL__N__\w*?_[0-9a-f]{8}(?=\d)")
+
+
+def _same_in_every_tree(mangled: str) -> str:
+  return _ANONYMOUS_NAMESPACE.sub("12_GLOBAL__N_1", mangled)
+
+
 def compile_resources(tree: pathlib.Path, source: str, includes: list[str]) -> dict:
   command = (["nvcc"] + build_flags(CUDA_BZL.read_text()) + ["--resource-usage", "-I", str(tree)] +
              [f"-I{d}" for d in includes] + ["-c", str(tree / source), "-o", str(tree / "k.o")])
   done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
   if done.returncode != 0:
     raise RuntimeError(f"nvcc failed in {tree}:\n{done.stderr[-4000:]}")
-  return parse_ptxas(done.stdout + done.stderr)
+  return {_same_in_every_tree(name): r for name, r in parse_ptxas(done.stdout + done.stderr).items()}
 
 
 def _cell(r: KernelResources | None) -> str:

@@ -6,7 +6,8 @@
 // the accumulator (see "the fast path" below for why that is the dequantized product).
 //
 // Work: a block computes one slot (mxfp8_ragged_m_passes.cuh): the 8R rows of a pass of R row
-// tiles (R = 1, 2 or 4) for 128 / R output columns, R mmas per weight fragment; its warps
+// tiles (R = 1, 2 or 4; the forward's at most 2) for 128 / R output columns, R mmas per weight
+// fragment; its warps
 // (8 forward, 4 dgrad) take every 8th (4th) MX block of K each, and their sums are added in a
 // fixed order.
 // The order of K inside a 16-deep step is free as long as both operands use it: lane (g, t)
@@ -14,9 +15,9 @@
 // 2t+8, 2t+9}, so its slice of each x row is one 4-byte word per step. Each lane owns 16 / R
 // output columns ("local" columns c = 2j + i/2 of its accumulators acc[h][j][i], j the column
 // tile, h the row tile):
-//   forward (rhs [G, K, N], colwise; passes of one row tile): columns 16g + c, consecutive, so
-//     a weight row is one 16-byte load per lane (a warp reads whole 128-byte rows), its 8 rows
-//     per MX block interleaved into fragments by byte permutes;
+//   forward (rhs [G, K, N], colwise): columns (16 / R)g + c, consecutive, so a weight row is
+//     one 16-byte (R = 2: 8-byte) load per lane (a warp reads whole 128-byte (64-byte) rows),
+//     its 8 rows per MX block interleaved into fragments by byte permutes;
 //   dgrad (rhs_transposed: rhs [G, N, K], rowwise): columns g + 8c, whose rows hold the
 //     contraction, so each is one 8-byte load per MX block that already is two fragments.
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_cuda.h"
@@ -198,16 +199,18 @@ __device__ inline uint32_t LoadXWord(const uint8_t* x, int64_t k, int64_t k_end)
   return k < k_end ? __ldg(reinterpret_cast<const uint32_t*>(x + k)) : 0u;
 }
 
-// The 4 (kWords) or 2 words at p (aligned to their size), read at once.
+// The kWords (4, 2 or 1) words at p (aligned to their size), read at once.
 template <int kWords>
 __device__ inline void LoadWords(const uint8_t* p, uint32_t* words) {
-  static_assert(kWords == 4 || kWords == 2);
+  static_assert(kWords == 4 || kWords == 2 || kWords == 1);
   if constexpr (kWords == 4) {
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
     words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
-  } else {
+  } else if constexpr (kWords == 2) {
     const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
     words[0] = v.x, words[1] = v.y;
+  } else {
+    words[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
   }
 }
 
@@ -218,30 +221,56 @@ __device__ inline const uint8_t* Advance(const uint8_t* p, uint32_t i, uint32_t 
   return p + static_cast<uint64_t>(i) * stride;
 }
 
-// Forward: the lane's 16 bytes of the 8 weight rows kb + 8t .. kb + 8t + 7 into words[4 row ..],
-// zeros past K and N. kWide: N % 16 == 0, one aligned 16-byte load a row; else N % 16 == 8,
-// two 8-byte halves.
-template <bool kWide>
-__device__ inline void LoadWeightRows(const LaneOperands<1>& l, int64_t kb, uint32_t* words) {
-  const int64_t k0 = kb + 8 * (threadIdx.x % 4);
-  // Rows r < inside are inside K (32-bit compares from here on).
-  const int inside =
-      l.valid_cols == 0 ? 0 : static_cast<int>(MinI64(l.k - k0 < 0 ? 0 : l.k - k0, 8));
+// Forward: the lane's kLaneCols bytes of the 8 weight rows kb + 8t .. kb + 8t + 7 into
+// words[kLaneWords * row ..], zeros past K and N; kInside: the caller knows they are all
+// inside. One aligned load a row, except for 16 bytes where N % 16 == 8 (not kWide): two
+// 8-byte halves. Offsets are 32-bit products (K and N fit 31 bits): with 64-bit ones and a
+// bound per row, the forward spent ~200 of its ~500 instructions per MX block on addresses.
+template <bool kInside, int kRowTiles, bool kWide>
+__device__ inline void LoadWeightRows(const LaneOperands<kRowTiles>& l, int64_t kb, uint32_t* words) {
+  constexpr int kLaneWords = Slot<kRowTiles>::kLaneWords;
+  const uint32_t k0 = static_cast<uint32_t>(kb) + 8 * (threadIdx.x % 4);
   const uint32_t n = static_cast<uint32_t>(l.n);
-  const uint8_t* row0 = l.w + k0 * l.n;
+  const uint8_t* row0 = Advance(l.w, k0, n);
+  // Rows r < inside are inside K.
+  const int inside = kInside ? 8 : l.valid_cols == 0 || k0 >= l.k ? 0 : static_cast<int>(MinI64(l.k - k0, 8));
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
-    uint32_t* row_words = words + 4 * r;
-    row_words[0] = row_words[1] = row_words[2] = row_words[3] = 0;
-    if (r >= inside) continue;
+    uint32_t* row_words = words + kLaneWords * r;
+#pragma unroll
+    for (int q = 0; q < kLaneWords; ++q) row_words[q] = 0;
+    if (!kInside && r >= inside) continue;
     const uint8_t* row = Advance(row0, r, n);
-    if (kWide) {
-      LoadWords<4>(row, row_words);
+    if (kWide || kLaneWords < 4) {
+      LoadWords<kLaneWords>(row, row_words);
     } else {
       LoadWords<2>(row, row_words);
-      if (l.valid_cols > 8) LoadWords<2>(row + 8, row_words + 2);
+      if (kInside || l.valid_cols > 8) LoadWords<2>(row + 8, row_words + 2);
     }
   }
+}
+
+// Forward: the lane's weight rows, x words and weight scales of the MX block at kb, zeros
+// (and neutral scales) past K and N; kInside as LoadWeightRows.
+template <bool kInside, int kRowTiles, bool kWide>
+__device__ inline void LoadRows(const LaneOperands<kRowTiles>& l, int64_t kb, BlockLoads<kRowTiles>& b) {
+  using S = Slot<kRowTiles>;
+  const uint32_t k = static_cast<uint32_t>(kb) + 8 * (threadIdx.x % 4);
+#pragma unroll
+  for (int h = 0; h < kRowTiles; ++h)
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+      b.x[h][s] = kInside ? __ldg(reinterpret_cast<const uint32_t*>(l.x[h] + k + 4 * s))
+                          : LoadXWord(l.x[h], k + 4 * s, l.k);
+  LoadWeightRows<kInside, kRowTiles, kWide>(l, kb, b.w);
+  if (kInside || l.valid_cols > 0) {
+    LoadWords<S::kLaneWords>(Advance(l.w_scales, static_cast<uint32_t>(kb / mxfp8::kBlockSize),
+                                     static_cast<uint32_t>(l.w_scale_row_bytes)), b.w_scales);
+  } else {
+#pragma unroll
+    for (int q = 0; q < S::kLaneWords; ++q) b.w_scales[q] = kNeutral4;
+  }
+  if (!kInside && S::kLaneWords == 4 && l.valid_cols <= 8) b.w_scales[2] = b.w_scales[3] = kNeutral4;
 }
 
 // Dgrad: local column c's 8 bytes of the MX block at kb (contraction kb + 8t ..), zeros past
@@ -280,26 +309,25 @@ __device__ inline void LoadBlock(const LaneOperands<kRowTiles>& l, int64_t kb, B
   using S = Slot<kRowTiles>;
   const int t = threadIdx.x % 4;
   const int64_t block = kb / mxfp8::kBlockSize;
-#pragma unroll
-  for (int h = 0; h < kRowTiles; ++h)
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) b.x[h][s] = LoadXWord(l.x[h], kb + 8 * t + 4 * s, l.k);
+  // All of the lane's columns inside N and its bytes inside K (every lane but those at the
+  // edges): no bounds checks, each of which was a branch or a predicate.
+  const bool inside = l.valid_cols == S::kLaneCols && kb + 8 * t + 8 <= l.k;
   if constexpr (!kTransposed) {
-    static_assert(kRowTiles == 1, "the forward's passes are of one row tile (kOneTilePasses)");
-    LoadWeightRows<kWide>(l, kb, b.w);
-    if (l.valid_cols > 0) {
-      LoadWords<4>(Advance(l.w_scales, static_cast<uint32_t>(block),
-                           static_cast<uint32_t>(l.w_scale_row_bytes)), b.w_scales);
+    if (inside) {
+      LoadRows<true, kRowTiles, kWide>(l, kb, b);
     } else {
-      b.w_scales[0] = b.w_scales[1] = kNeutral4;
+      LoadRows<false, kRowTiles, kWide>(l, kb, b);
     }
-    if (l.valid_cols <= 8) b.w_scales[2] = b.w_scales[3] = kNeutral4;
-  } else if (l.valid_cols == S::kLaneCols && kb + 8 * t + 8 <= l.k) {
-    // All of the lane's columns inside N and its bytes inside K (every lane but those at the
-    // edges): no bounds check per column, each of which was a branch.
-    LoadColumns<true, kRowTiles, kWide>(l, kb, b);
   } else {
-    LoadColumns<false, kRowTiles, kWide>(l, kb, b);
+#pragma unroll
+    for (int h = 0; h < kRowTiles; ++h)
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) b.x[h][s] = LoadXWord(l.x[h], kb + 8 * t + 4 * s, l.k);
+    if (inside) {
+      LoadColumns<true, kRowTiles, kWide>(l, kb, b);
+    } else {
+      LoadColumns<false, kRowTiles, kWide>(l, kb, b);
+    }
   }
 #pragma unroll
   for (int h = 0; h < kRowTiles; ++h)
@@ -339,10 +367,11 @@ __device__ inline void PrefetchForwardBlock(const LaneOperands<kRowTiles>& l, in
 template <int kRowTiles, bool kTransposed, Fp8Format kRhs>
 __device__ inline void WeightFragment(const BlockLoads<kRowTiles>& b, int j, int s, uint32_t (&a)[4]) {
   if constexpr (!kTransposed) {
+    constexpr int W = Slot<kRowTiles>::kLaneWords;
     const uint32_t selector = j % 2 == 0 ? 0x5140u : 0x7362u;  // {r0.c, r1.c, r0.c+1, r1.c+1}
     const int q = j / 2;
-    const uint32_t rows01 = __byte_perm(b.w[4 * (4 * s) + q], b.w[4 * (4 * s + 1) + q], selector);
-    const uint32_t rows23 = __byte_perm(b.w[4 * (4 * s + 2) + q], b.w[4 * (4 * s + 3) + q], selector);
+    const uint32_t rows01 = __byte_perm(b.w[W * (4 * s) + q], b.w[W * (4 * s + 1) + q], selector);
+    const uint32_t rows23 = __byte_perm(b.w[W * (4 * s + 2) + q], b.w[W * (4 * s + 3) + q], selector);
     a[0] = Fp8PairToHalf2<kRhs>(rows01 & 0xFFFFu);
     a[1] = Fp8PairToHalf2<kRhs>(rows01 >> 16);
     a[2] = Fp8PairToHalf2<kRhs>(rows23 & 0xFFFFu);
@@ -554,12 +583,13 @@ __device__ void RunPass(const RaggedMProblem& p, const RaggedMOperands& o, const
   }
 }
 
-// The forward's passes are of one row tile: its loads are per weight row (8 per MX block
-// whatever a lane's columns), so passes of 2 and 4 row tiles saved only conversions; measured
-// on an H100 (2026-11-24, ninth session), decode-zipf no faster and decode 3% slower. Dgrad's
-// loads are per column, so there fewer columns per lane are fewer loads.
+// The largest pass, in row tiles (mxfp8_ragged_m_passes.cuh). Dgrad's loads are per column,
+// so fewer columns per lane are fewer loads. The forward's are per weight row whatever a
+// lane's columns, so larger passes save it conversions and bytes, not loads: H200
+// (2026-11-30), decode-zipf 0.116 -> 0.113 ms with passes of up to 2 tiles (4: 0.113-0.114,
+// its lanes' loads of 4 bytes), decode 0.125-0.127 -> 0.125.
 template <bool kTransposed>
-constexpr bool kOneTilePasses = !kTransposed;
+constexpr int kPassRowTiles = kTransposed ? 4 : 2;
 
 template <bool kTransposed, bool kWide, Fp8Format kLhs, Fp8Format kRhs, typename O>
 __global__ void __launch_bounds__(kThreads<kTransposed>, kMinBlocksPerSm<kTransposed>)
@@ -570,7 +600,7 @@ __global__ void __launch_bounds__(kThreads<kTransposed>, kMinBlocksPerSm<kTransp
   for (int64_t slot = blockIdx.y; slot < slots; slot += gridDim.y) {
     __syncthreads();  // the previous slot is done with `pass` and `partial`
     if (threadIdx.x < 32) {
-      const bool found = mxfp8_ragged_m::LocatePass(p, o.group_sizes, slot, kOneTilePasses<kTransposed>, &pass);
+      const bool found = mxfp8_ragged_m::LocatePass(p, o.group_sizes, slot, kPassRowTiles<kTransposed>, &pass);
       __syncwarp();  // pass.row_begin and rows, written by one lane
       if (found && !pass.tail)
         mxfp8_ragged_m::LocateLhsScales(p, o.lhs_group_sizes, o.group_sizes, &pass);
@@ -582,12 +612,12 @@ __global__ void __launch_bounds__(kThreads<kTransposed>, kMinBlocksPerSm<kTransp
     if (pass.tail) {
       mxfp8_ragged_m::ZeroRows<O>(p, o.out, pass, static_cast<int64_t>(blockIdx.x) * kBlockCols,
                                   kBlockCols);
-    } else if (kOneTilePasses<kTransposed> || pass.row_tiles == 1) {
+    } else if (kPassRowTiles<kTransposed> == 1 || pass.row_tiles == 1) {
       RunPass<1, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
-    } else if constexpr (!kOneTilePasses<kTransposed>) {
-      if (pass.row_tiles == 2) {
+    } else if constexpr (kPassRowTiles<kTransposed> >= 2) {
+      if (kPassRowTiles<kTransposed> == 2 || pass.row_tiles == 2) {
         RunPass<2, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
-      } else {
+      } else if constexpr (kPassRowTiles<kTransposed> == 4) {
         RunPass<4, kTransposed, kWide, kLhs, kRhs, O>(p, o, pass, partial);
       }
     }

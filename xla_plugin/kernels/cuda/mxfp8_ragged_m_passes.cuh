@@ -3,12 +3,11 @@
 // group. Located by warp scans of the device group sizes (warp_group_scan.cuh).
 //
 // A group of r rows has T = ceil(r / 8) row tiles (the mma's 8-wide operand) and takes T slots
-// of each 128-column block: as passes of 4 row tiles, then at most one of 2 and one of 1 (the
-// binary digits of T), the last one holding the partial tile; or, where the kernel asks for
-// passes of one row tile (the forward: mxfp8_ragged_m_cuda.cu says why), T passes of 1. A pass
-// of R row tiles is R slots, each computing its 8R rows for 128 / R of the block's columns, so
-// a slot's mma count is the same whatever R, and the rows of a large group load and convert
-// each weight byte once per 8R rows instead of once per 8.
+// of each 128-column block: as passes of the kernel's largest R (4, 2 or 1) row tiles, then at
+// most one smaller pass of each, the last one holding the partial tile. A pass of R row tiles
+// is R slots, each computing its 8R rows for 128 / R of the block's columns, so a slot's mma
+// count is the same whatever R, and the rows of a large group load and convert each weight
+// byte once per 8R rows instead of once per 8.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_RAGGED_M_PASSES_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_MXFP8_RAGGED_M_PASSES_CUH_
 
@@ -49,12 +48,15 @@ struct SlotInGroup {
   int row_tiles, chunk;
 };
 
-__device__ inline SlotInGroup GroupSlot(int64_t tiles, int64_t s, bool one_tile_passes) {
-  if (one_tile_passes) return {s, 1, 0};
-  const int64_t in_fours = tiles / 4 * 4;  // tiles (and slots) in passes of 4
+__device__ inline SlotInGroup GroupSlot(int64_t tiles, int64_t s, int max_row_tiles) {
+  const int64_t in_fours = max_row_tiles >= 4 ? tiles / 4 * 4 : 0;  // tiles (and slots) in passes of 4
   if (s < in_fours) return {s / 4 * 4, 4, static_cast<int>(s % 4)};
-  if (tiles % 4 >= 2 && s < in_fours + 2) return {in_fours, 2, static_cast<int>(s - in_fours)};
-  return {tiles - 1, 1, 0};
+  const int64_t in_twos = max_row_tiles >= 2 ? (tiles - in_fours) / 2 * 2 : 0;
+  if (s < in_fours + in_twos) {
+    const int64_t i = s - in_fours;
+    return {in_fours + i / 2 * 2, 2, static_cast<int>(i % 2)};
+  }
+  return {s, 1, 0};  // the last tile where passes of 2 or 4 came first
 }
 
 // Rows of a group's lhs scale matrix: whole 128-row tiles (mxfp8_layout.h).
@@ -64,11 +66,11 @@ __device__ inline int64_t LhsScaleRows(int64_t rows) {
 
 // Warp 0: the pass of `slot` (all but its lhs scale rows), written to *pass by one lane;
 // false when the slot has no work. Row tiles are `tile_rows` rows (the mma kernel's 8, the
-// wgmma kernel's 64 with one-tile passes). Lane l looks at groups 4l .. 4l + 3 of each window
+// wgmma kernel's 64 with passes of one tile), passes of at most `max_row_tiles`. Lane l looks at groups 4l .. 4l + 3 of each window
 // (NextLaneGroups): one round trip for up to 128 groups. It also finds the pass's scale row
 // in an lhs grouped by the same sizes, so LocateLhsScaleRows needs no second walk there.
 __device__ inline bool LocatePass(const RaggedMProblem& p, const int32_t* sizes, int64_t slot,
-                                  bool one_tile_passes, Pass* pass, int tile_rows = kTileRows) {
+                                  int max_row_tiles, Pass* pass, int tile_rows = kTileRows) {
   const int lane = threadIdx.x % 32;
   int64_t rows_before = 0, slots_before = 0, scale_rows_before = 0;
   for (int64_t base = 0; base < p.num_groups; base += kWindowGroups) {
@@ -94,7 +96,7 @@ __device__ inline bool LocatePass(const RaggedMProblem& p, const int32_t* sizes,
           const GroupRows group = GroupRowsAt(row, groups.size[j], p.rows);
           const int64_t tiles = CeilDiv(group.rows, tile_rows);
           if (slot < first_slot + tiles) {
-            const SlotInGroup s = GroupSlot(tiles, slot - first_slot, one_tile_passes);
+            const SlotInGroup s = GroupSlot(tiles, slot - first_slot, max_row_tiles);
             const int64_t in_group = s.first_tile * tile_rows;
             pass->group = base + kLaneGroups * lane + j;
             pass->row_begin = group.begin + in_group;

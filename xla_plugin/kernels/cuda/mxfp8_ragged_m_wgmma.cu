@@ -514,7 +514,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) Mxfp8RaggedMWgmmaKerne
   for (int64_t slot = blockIdx.y; slot < slots; slot += gridDim.y) {
     __syncthreads();  // the previous slot is done with `s`
     if (threadIdx.x < 32) {
-      const bool found = mxfp8_ragged_m::LocatePass(p, o.group_sizes, slot, /*one_tile_passes=*/true,
+      const bool found = mxfp8_ragged_m::LocatePass(p, o.group_sizes, slot, /*max_row_tiles=*/1,
                                                     &s.pass, kTileM);
       __syncwarp();
       if (found && !s.pass.tail)
