@@ -250,11 +250,10 @@ __device__ inline void LoadWeightRows(const LaneOperands<kRowTiles>& l, int64_t 
   }
 }
 
-// Forward: the lane's weight rows, x words and weight scales of the MX block at kb, zeros
-// (and neutral scales) past K and N; kInside as LoadWeightRows.
-template <bool kInside, int kRowTiles, bool kWide>
-__device__ inline void LoadRows(const LaneOperands<kRowTiles>& l, int64_t kb, BlockLoads<kRowTiles>& b) {
-  using S = Slot<kRowTiles>;
+// The lane's x words of the MX block at kb (one per row tile and step), zeros past K;
+// kInside: the caller knows they are all inside.
+template <bool kInside, int kRowTiles>
+__device__ inline void LoadXWords(const LaneOperands<kRowTiles>& l, int64_t kb, BlockLoads<kRowTiles>& b) {
   const uint32_t k = static_cast<uint32_t>(kb) + 8 * (threadIdx.x % 4);
 #pragma unroll
   for (int h = 0; h < kRowTiles; ++h)
@@ -262,6 +261,14 @@ __device__ inline void LoadRows(const LaneOperands<kRowTiles>& l, int64_t kb, Bl
     for (int s = 0; s < kSteps; ++s)
       b.x[h][s] = kInside ? __ldg(reinterpret_cast<const uint32_t*>(l.x[h] + k + 4 * s))
                           : LoadXWord(l.x[h], k + 4 * s, l.k);
+}
+
+// Forward: the lane's x words, weight rows and weight scales of the MX block at kb, zeros
+// (and neutral scales) past K and N; kInside as LoadWeightRows.
+template <bool kInside, int kRowTiles, bool kWide>
+__device__ inline void LoadRows(const LaneOperands<kRowTiles>& l, int64_t kb, BlockLoads<kRowTiles>& b) {
+  using S = Slot<kRowTiles>;
+  LoadXWords<kInside>(l, kb, b);
   LoadWeightRows<kInside, kRowTiles, kWide>(l, kb, b.w);
   if (kInside || l.valid_cols > 0) {
     LoadWords<S::kLaneWords>(Advance(l.w_scales, static_cast<uint32_t>(kb / mxfp8::kBlockSize),
@@ -318,16 +325,12 @@ __device__ inline void LoadBlock(const LaneOperands<kRowTiles>& l, int64_t kb, B
     } else {
       LoadRows<false, kRowTiles, kWide>(l, kb, b);
     }
+  } else if (inside) {
+    LoadXWords<true>(l, kb, b);
+    LoadColumns<true, kRowTiles, kWide>(l, kb, b);
   } else {
-#pragma unroll
-    for (int h = 0; h < kRowTiles; ++h)
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s) b.x[h][s] = LoadXWord(l.x[h], kb + 8 * t + 4 * s, l.k);
-    if (inside) {
-      LoadColumns<true, kRowTiles, kWide>(l, kb, b);
-    } else {
-      LoadColumns<false, kRowTiles, kWide>(l, kb, b);
-    }
+    LoadXWords<false>(l, kb, b);
+    LoadColumns<false, kRowTiles, kWide>(l, kb, b);
   }
 #pragma unroll
   for (int h = 0; h < kRowTiles; ++h)
