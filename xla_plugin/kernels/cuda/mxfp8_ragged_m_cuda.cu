@@ -7,9 +7,8 @@
 //
 // Work: a block computes one slot (mxfp8_ragged_m_passes.cuh): the 8R rows of a pass of R row
 // tiles (R = 1, 2 or 4; the forward's at most 2) for 128 / R output columns, R mmas per weight
-// fragment; its warps
-// (8 forward, 4 dgrad) take every 8th (4th) MX block of K each, and their sums are added in a
-// fixed order.
+// fragment; its warps (8 forward, 4 dgrad) take every 8th (4th) MX block of K each, and their
+// sums are added in a fixed order.
 // The order of K inside a 16-deep step is free as long as both operands use it: lane (g, t)
 // takes the contraction indices 8t + 4s + {0..3} of MX-block step s as its k-slots {2t, 2t+1,
 // 2t+8, 2t+9}, so its slice of each x row is one 4-byte word per step. Each lane owns 16 / R
@@ -233,7 +232,8 @@ __device__ inline void LoadWeightRows(const LaneOperands<kRowTiles>& l, int64_t 
   const uint32_t n = static_cast<uint32_t>(l.n);
   const uint8_t* row0 = Advance(l.w, k0, n);
   // Rows r < inside are inside K.
-  const int inside = kInside ? 8 : l.valid_cols == 0 || k0 >= l.k ? 0 : static_cast<int>(MinI64(l.k - k0, 8));
+  const int inside =
+      kInside ? 8 : l.valid_cols == 0 || k0 >= l.k ? 0 : static_cast<int>(MinI64(l.k - k0, 8));
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
     uint32_t* row_words = words + kLaneWords * r;

@@ -49,7 +49,7 @@ struct SlotInGroup {
 };
 
 __device__ inline SlotInGroup GroupSlot(int64_t tiles, int64_t s, int max_row_tiles) {
-  const int64_t in_fours = max_row_tiles >= 4 ? tiles / 4 * 4 : 0;  // tiles (and slots) in passes of 4
+  const int64_t in_fours = max_row_tiles >= 4 ? tiles / 4 * 4 : 0;  // tiles (slots) in passes of 4
   if (s < in_fours) return {s / 4 * 4, 4, static_cast<int>(s % 4)};
   const int64_t in_twos = max_row_tiles >= 2 ? (tiles - in_fours) / 2 * 2 : 0;
   if (s < in_fours + in_twos) {
@@ -66,9 +66,10 @@ __device__ inline int64_t LhsScaleRows(int64_t rows) {
 
 // Warp 0: the pass of `slot` (all but its lhs scale rows), written to *pass by one lane;
 // false when the slot has no work. Row tiles are `tile_rows` rows (the mma kernel's 8, the
-// wgmma kernel's 64 with passes of one tile), passes of at most `max_row_tiles`. Lane l looks at groups 4l .. 4l + 3 of each window
-// (NextLaneGroups): one round trip for up to 128 groups. It also finds the pass's scale row
-// in an lhs grouped by the same sizes, so LocateLhsScaleRows needs no second walk there.
+// wgmma kernel's 64 with passes of one tile), passes of at most `max_row_tiles`. Lane l looks
+// at groups 4l .. 4l + 3 of each window (NextLaneGroups): one round trip for up to 128
+// groups. It also finds the pass's scale row in an lhs grouped by the same sizes, so
+// LocateLhsScaleRows needs no second walk there.
 __device__ inline bool LocatePass(const RaggedMProblem& p, const int32_t* sizes, int64_t slot,
                                   int max_row_tiles, Pass* pass, int tile_rows = kTileRows) {
   const int lane = threadIdx.x % 32;
