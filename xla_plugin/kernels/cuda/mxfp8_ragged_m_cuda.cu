@@ -198,18 +198,16 @@ __device__ inline uint32_t LoadXWord(const uint8_t* x, int64_t k, int64_t k_end)
   return k < k_end ? __ldg(reinterpret_cast<const uint32_t*>(x + k)) : 0u;
 }
 
-// The kWords (4, 2 or 1) words at p (aligned to their size), read at once.
+// The 4 (kWords) or 2 words at p (aligned to their size), read at once.
 template <int kWords>
 __device__ inline void LoadWords(const uint8_t* p, uint32_t* words) {
-  static_assert(kWords == 4 || kWords == 2 || kWords == 1);
+  static_assert(kWords == 4 || kWords == 2);
   if constexpr (kWords == 4) {
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
     words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
-  } else if constexpr (kWords == 2) {
+  } else {
     const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
     words[0] = v.x, words[1] = v.y;
-  } else {
-    words[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
   }
 }
 
@@ -348,9 +346,9 @@ __device__ inline void LoadBlock(const LaneOperands<kRowTiles>& l, int64_t kb, B
 }
 
 // Forward: asks L2 for the weights of the MX block at kb (the next one), lane l for row
-// kb + l of the warp's 128 columns: no registers held, and the block's loads then wait for L2
-// instead of DRAM (1.37x -> 1.48x BF16 on decode-zipf). Dgrad's 128 separate 32-byte row
-// segments per block made it slower (0.72x), so it does not prefetch.
+// kb + l of the warp's 128 / R columns: no registers held, and the block's loads then wait
+// for L2 instead of DRAM (1.37x -> 1.48x BF16 on decode-zipf). Dgrad's 128 separate 32-byte
+// row segments per block made it slower (0.72x), so it does not prefetch.
 template <int kRowTiles>
 __device__ inline void PrefetchForwardBlock(const LaneOperands<kRowTiles>& l, int64_t kb) {
   const int lane = threadIdx.x % 32;
