@@ -1,13 +1,16 @@
-// f32 multiply-adds on the values dequantized on load. A block owns 64 output rows (of K) of
-// one group; its threads own 8 columns each (a block spans up to 2048 columns of N, more loop).
-// The group's x values for the block's rows are dequantized once into shared memory.
+// The fused MXFP8 wgrad: out[g] = x_g^T . dy_g on the values dequantized on load. A block owns
+// 64 output rows (of K) of one group; its threads own 8 columns each (a block spans up to 2048
+// columns of N, more loop). The group's x values for the block's rows are dequantized once
+// into shared memory.
 //
-// Groups of at most 8 rows (every group in decode) are streamed: each thread dequantizes its
-// dy values once into registers, then computes and stores the block's output rows one after
-// another (like the BF16 streamed wgrad, ragged_k_streamed.cu), so the kernel runs at the
-// speed of writing the result. Larger groups accumulate 8 output rows per thread at a time
-// over all their token rows (128 staged at a time), decoding their dy codes again for each 8
-// (rows of one 32-row block share scale factors, computed once per block).
+// Groups of at most 8 rows (every group in decode) are streamed with f32 multiply-adds: each
+// thread dequantizes its dy values once into registers, then computes and stores the block's
+// output rows one after another (like the BF16 streamed wgrad, ragged_k_streamed.cu), so the
+// kernel runs at the speed of writing the result. Groups of kMmaMinRows to 128 rows run on
+// tensor cores (bf16 mma of the exact dequantized values; MmaGroup below). The others
+// accumulate 8 output rows per thread at a time over all their token rows in f32 (128 staged
+// at a time), decoding their dy codes again for each 8 (rows of one 32-row block share scale
+// factors, computed once per block).
 //
 // Before its first store a block waits for the group walk (one round trip per 128 groups),
 // then for its dy and x loads, issued together. Where x and dy are grouped by the GEMM's own
@@ -206,12 +209,218 @@ __device__ void StreamGroup(const RaggedKProblem& p, const RaggedKOperands& o, i
   }
 }
 
+// --- groups of 9 to 128 rows on tensor cores -----------------------------------------------
+// out[k][n] += sum over token rows t of x[t][k] dy[t][n] as bf16 mma.sync m16n8k16 (f32
+// accumulation) on the dequantized values, which bf16 holds exactly while every scale is in
+// ExactScaling<bf16>'s range and no code is NaN or Inf: then the products are exact in f32 and
+// the result is the f32 sum of exact products, as the dequantize backend's BF16 GEMM. A block
+// that meets a scale or code outside that redoes its outputs on the multiply-add path.
+// x's values for the block's 64 output rows are staged once ([token][k], bf16); each warp then
+// takes 16-column strips of the chunk, staging dy's values of 64 token rows at a time in its
+// own [token][n] tile (the next window's loads in flight meanwhile), and reads both as mma
+// fragments with ldmatrix.trans (the contraction runs along the tiles' rows).
+constexpr int kMmaPad = 8;                      // bf16 per shared row: conflict-free ldmatrix
+constexpr int kStripCols = 16;                  // a warp's columns at a time: two mma n-tiles
+constexpr int kWindowTokens = 64;               // dy token rows a warp stages at a time
+constexpr int kMmaSteps = kWindowTokens / 16;   // mma k-steps of a window
+// Groups of fewer rows take the multiply-add path: a tensor-core block's time is mostly its
+// warps waiting for each strip's dy loads (one round trip per strip and window), which a
+// multiply-add block of few rows beats. H200 (2026-11-30), decode-zipf / decode wgrad ms
+// (multiply-adds for every group: 0.276 / 0.214): tensor cores from 9 rows 0.249 / 0.222,
+// from 20 0.237 / 0.213, from 32 0.231 / 0.213 (not yet run through the tests on a GPU).
+constexpr int kMmaMinRows = 20;
+
+struct MmaShared {
+  __nv_bfloat16 x[kStagedRows][kBlockRows + kMmaPad];                                // 18 KB
+  __nv_bfloat16 dy[kMaxThreads / 32][kWindowTokens][kStripCols + kMmaPad];           // 24 KB
+};
+
+// Whether bf16 holds each of 4 codes times its scale exactly: a scale in the bf16-exact range
+// of kFormat, or a zero code (a zero block's scale is 0).
+template <Fp8Format kFormat>
+__device__ inline bool ExactInBf16(uint32_t codes, uint32_t scales) {
+  using Exact = ExactScaling<__nv_bfloat16, kFormat>;
+  constexpr uint32_t lo = Exact::kMinScale * 0x01010101u, hi = Exact::kMaxScale * 0x01010101u;
+  const uint32_t in_range = __vcmpgeu4(scales, lo) & __vcmpleu4(scales, hi);
+  return (in_range | __vcmpeq4(codes & 0x7F7F7F7Fu, 0u)) == 0xFFFFFFFFu;
+}
+
+// 8 codes times their scales as 8 bf16 (4 words); `exact` is cleared where bf16 does not hold
+// them exactly or a code is NaN or Inf (see above). Zero codes and scales: zeros.
+template <Fp8Format kFormat>
+__device__ inline uint4 DequantizeBf16x8(uint2 codes, uint2 scales, bool* exact) {
+  using Exact = ExactScaling<__nv_bfloat16, kFormat>;
+  const uint32_t words[2] = {codes.x, codes.y};
+  if (!ExactInBf16<kFormat>(codes.x, scales.x) || !ExactInBf16<kFormat>(codes.y, scales.y) ||
+      Exact::AnySpecial(words))
+    *exact = false;
+  float v[kVector];
+  Dequantize8<kFormat>(codes, scales, v);
+  uint32_t packed[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    packed[i] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  return make_uint4(packed[0], packed[1], packed[2], packed[3]);
+}
+
+__device__ inline void LoadMatrixX4Trans(const void* row, uint32_t (&r)[4]) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// c += a . b, bf16 in, f32 accumulation.
+__device__ inline void MmaBf16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float (&c)[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// What a lane loads of one window of a strip: token rows window + lane / 2 + 16 j, 8 columns
+// at n0 = strip + 8 (lane % 2) (zeros past the group's rows and N).
+struct DyWindowLoads {
+  uint2 codes[kMmaSteps], scales[kMmaSteps];
+};
+
+template <Fp8Format kDy>
+__device__ inline DyWindowLoads LoadDyWindow(const RaggedKProblem& p, const RaggedKOperands& o,
+                                             int64_t begin, int rows, const int64_t* dy_scale_row,
+                                             int window, int64_t strip) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n0 = strip + 8 * (lane % 2);
+  DyWindowLoads l;
+#pragma unroll
+  for (int j = 0; j < kMmaSteps; ++j) {
+    const int t = window + lane / 2 + 16 * j;
+    const int64_t scale_row = t < rows && n0 < p.n ? dy_scale_row[t] : -1;
+    l.codes[j] = l.scales[j] = make_uint2(0, 0);
+    if (scale_row >= 0) {
+      l.codes[j] = __ldg(reinterpret_cast<const uint2*>(o.rhs + (begin + t) * p.n + n0));
+      l.scales[j] = __ldg(reinterpret_cast<const uint2*>(o.rhs_scales + scale_row + n0));
+    }
+  }
+  return l;
+}
+
+// The block's outputs for a group of rows <= kStagedRows (scale rows located) on tensor
+// cores; false (every thread) if a value was not exact in bf16, the outputs then unfinished.
+template <Fp8Format kX, Fp8Format kDy, typename O>
+__device__ bool MmaGroup(const RaggedKProblem& p, const RaggedKOperands& o, const Shared& s,
+                         MmaShared& m, int64_t begin, int rows, int64_t k0, int block_rows,
+                         O* out) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int padded_rows = (rows + 15) / 16 * 16;
+  bool exact = true;
+  // x's values [token][k] for the block's output rows, zeros past the rows and K: each
+  // thread's items 4 at a time, their loads issued together.
+  constexpr int kOctets = kBlockRows / kVector, kBatch = 2;
+  const int items = padded_rows * kOctets;
+  for (int e0 = threadIdx.x; e0 < items; e0 += kBatch * blockDim.x) {
+    uint2 codes[kBatch], scales[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int e = e0 + b * blockDim.x, t = e / kOctets, i0 = e % kOctets * kVector;
+      codes[b] = scales[b] = make_uint2(0, 0);
+      if (e < items && t < rows && i0 < block_rows && s.x_scale_row[t] >= 0) {
+        codes[b] = __ldg(reinterpret_cast<const uint2*>(o.lhs + (begin + t) * p.k + k0 + i0));
+        scales[b] = __ldg(reinterpret_cast<const uint2*>(o.lhs_scales + s.x_scale_row[t] + k0 + i0));
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int e = e0 + b * blockDim.x;
+      if (e < items)
+        *reinterpret_cast<uint4*>(&m.x[e / kOctets][e % kOctets * kVector]) =
+            DequantizeBf16x8<kX>(codes[b], scales[b], &exact);
+    }
+  }
+  __syncthreads();
+
+  auto& tile = m.dy[warp];
+  const int g = lane / 4, q = lane % 4;
+  const int64_t chunk_cols = static_cast<int64_t>(blockDim.x) * kVector;
+  const int64_t chunks = CeilDiv(p.n, chunk_cols);
+  const int windows = (padded_rows + kWindowTokens - 1) / kWindowTokens;
+  // The warp's (strip, window) items in order; the next one's loads are issued before the
+  // current one is staged and multiplied.
+  const auto strip_of = [&](int64_t item, int64_t* strip, int* window) {
+    const int64_t strips_per_chunk = chunk_cols / kStripCols;
+    const int64_t strip_index = item / windows;  // the warp's strip_index-th strip
+    const int64_t global = warp + strip_index * warps;  // strip among the block's chunks' strips
+    const int64_t chunk = blockIdx.y + global / strips_per_chunk * gridDim.y;
+    *strip = chunk * chunk_cols + global % strips_per_chunk * kStripCols;
+    *window = static_cast<int>(item % windows) * kWindowTokens;
+    return chunk < chunks && *strip < p.n;
+  };
+  int64_t strip;
+  int window;
+  DyWindowLoads next;
+  bool has_next = strip_of(0, &strip, &window);
+  if (has_next) next = LoadDyWindow<kDy>(p, o, begin, rows, s.dy_scale_row, window, strip);
+  float acc[kBlockRows / 16][2][4] = {};
+  for (int64_t item = 0; has_next; ++item) {
+    const DyWindowLoads current = next;
+    const int64_t current_strip = strip;
+    const int current_window = window;
+    has_next = strip_of(item + 1, &strip, &window);
+    if (has_next) next = LoadDyWindow<kDy>(p, o, begin, rows, s.dy_scale_row, window, strip);
+    __syncwarp();  // the tile's previous window is read
+#pragma unroll
+    for (int j = 0; j < kMmaSteps; ++j) {
+      *reinterpret_cast<uint4*>(&tile[lane / 2 + 16 * j][8 * (lane % 2)]) =
+          DequantizeBf16x8<kDy>(current.codes[j], current.scales[j], &exact);
+    }
+    __syncwarp();
+    const int steps = min(kMmaSteps, (padded_rows - current_window) / 16);
+    for (int step = 0; step < steps; ++step) {
+      const int t0 = 16 * step;  // in the window
+      uint32_t b[4];  // n-tile 0: b[0], b[1]; n-tile 1: b[2], b[3]
+      LoadMatrixX4Trans(&tile[t0 + lane % 8 + 8 * (lane / 8 % 2)][8 * (lane / 16)], b);
+#pragma unroll
+      for (int mt = 0; mt < kBlockRows / 16; ++mt) {
+        uint32_t a[4];
+        LoadMatrixX4Trans(&m.x[current_window + t0 + lane % 8 + 8 * (lane / 16)]
+                              [16 * mt + 8 * (lane / 8 % 2)], a);
+        MmaBf16(a, b[0], b[1], acc[mt][0]);
+        MmaBf16(a, b[2], b[3], acc[mt][1]);
+      }
+    }
+    if (current_window + kWindowTokens >= padded_rows) {  // the strip's last window: store it
+#pragma unroll
+      for (int mt = 0; mt < kBlockRows / 16; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int64_t col = current_strip + 8 * nt + 2 * q;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = 16 * mt + g + 8 * h;
+            if (row < block_rows && col < p.n)
+              StorePair(out + row * p.n + col, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+            acc[mt][nt][2 * h] = acc[mt][nt][2 * h + 1] = 0.0f;
+          }
+        }
+    }
+  }
+  return __syncthreads_and(exact);
+}
+
 // Grid: x = blocks of kBlockRows output rows, y = column chunks of blockDim.x * 8 (strided when
 // fewer than the chunks), z = group.
 template <Fp8Format kX, Fp8Format kDy, typename O>
 __global__ void __launch_bounds__(kMaxThreads, 2)
     Mxfp8RaggedKKernel(RaggedKProblem p, RaggedKOperands o) {
-  __shared__ float x_values[kStagedRows][kBlockRows];  // deq(x)[token row][output row]
+  // deq(x)[token row][output row] for the multiply-add and streamed paths, or the tensor-core
+  // path's tiles.
+  constexpr size_t kSmemBytes = sizeof(float[kStagedRows][kBlockRows]) > sizeof(MmaShared)
+                                    ? sizeof(float[kStagedRows][kBlockRows])
+                                    : sizeof(MmaShared);
+  __shared__ __align__(16) unsigned char smem[kSmemBytes];
+  auto& x_values = *reinterpret_cast<float (*)[kStagedRows][kBlockRows]>(smem);
   __shared__ Shared s;
   static_assert(kStreamRows <= kStagedRows, "x_by_row fits in x_values");
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -298,6 +507,15 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
     else if (count <= 4) stream(std::integral_constant<int, 4>{});
     else stream(std::integral_constant<int, 8>{});
     return;
+  }
+
+  if (rows >= kMmaMinRows && rows <= kStagedRows) {
+    locate(0, static_cast<int>(rows));
+    if (MmaGroup<kX, kDy, O>(p, o, s, *reinterpret_cast<MmaShared*>(smem), begin,
+                             static_cast<int>(rows), k0, block_rows, out))
+      return;
+    // Not exact in bf16: the multiply-add path below rewrites every output of the block (its
+    // first stage is of the located rows, after MmaGroup's closing barrier).
   }
 
   // Larger groups: each thread accumulates 8 output rows at a time over all token rows
