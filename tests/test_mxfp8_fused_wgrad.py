@@ -158,6 +158,27 @@ def test_wgrad_element_types_and_result_dtypes(x_fp8, dy_fp8, out_dtype):
   _check(out, qx, qdy, CASES["large_group"][3])
 
 
+def test_wgrad_of_values_bf16_does_not_hold_exactly():
+  """A 32-row block of tiny x values (scale 2^-127: its codes times it are finer than bf16's
+  subnormals) in a group that otherwise takes the tensor-core path: the block falls back to
+  f32 multiply-adds, so the result still matches the exact products."""
+  m, k, n, sizes = CASES["large_group"]
+  rng = np.random.default_rng(11)
+  group_sizes = jnp.asarray(sizes, jnp.int32)
+  x = _values(rng, (m, k))
+  x[32:64, :8] = rng.standard_normal((32, 8)) * 2.0 ** -124
+  x = jnp.asarray(x, jnp.float32)
+  dy = jnp.asarray(_values(rng, (m, n)), jnp.bfloat16)
+  qx = mxfp8.quantize(x, group_sizes, rowwise=False, colwise=True)
+  qdy = mxfp8.quantize(dy, group_sizes, rowwise=False, colwise=True)
+  # Nonzero, and below 2^-116: the scale rule gives the block an exponent below 3, under
+  # e4m3's bf16-exact range (mxfp8_gemm.BF16_EXACT_SCALE_EXPONENTS).
+  tiny = np.abs(np.asarray(dequantized(qx, True))[32:64, :8])
+  assert 0 < tiny.max() < 2.0 ** -116
+  assert mxfp8_gemm.choose_backend(_problem(qx, qdy, group_sizes)) == "fused_few_rows"
+  _check(_wgrad(qx, qdy, group_sizes), qx, qdy, sizes)
+
+
 def test_wgrad_agrees_with_the_dequantize_backend_on_special_values():
   """NaN and Inf inputs, a zero block, values at the element maximum: the fused kernel's
   NaN/Inf pattern and finite values match the dequantize backend (f32 results)."""

@@ -209,7 +209,7 @@ __device__ void StreamGroup(const RaggedKProblem& p, const RaggedKOperands& o, i
   }
 }
 
-// --- groups of 9 to 128 rows on tensor cores -----------------------------------------------
+// --- groups of kMmaMinRows to 128 rows on tensor cores -------------------------------------
 // out[k][n] += sum over token rows t of x[t][k] dy[t][n] as bf16 mma.sync m16n8k16 (f32
 // accumulation) on the dequantized values, which bf16 holds exactly while every scale is in
 // ExactScaling<bf16>'s range and no code is NaN or Inf: then the products are exact in f32 and
@@ -328,7 +328,8 @@ __device__ bool MmaGroup(const RaggedKProblem& p, const RaggedKOperands& o, cons
       codes[b] = scales[b] = make_uint2(0, 0);
       if (e < items && t < rows && i0 < block_rows && s.x_scale_row[t] >= 0) {
         codes[b] = __ldg(reinterpret_cast<const uint2*>(o.lhs + (begin + t) * p.k + k0 + i0));
-        scales[b] = __ldg(reinterpret_cast<const uint2*>(o.lhs_scales + s.x_scale_row[t] + k0 + i0));
+        scales[b] =
+            __ldg(reinterpret_cast<const uint2*>(o.lhs_scales + s.x_scale_row[t] + k0 + i0));
       }
     }
 #pragma unroll
@@ -434,7 +435,8 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
   const int64_t dy_row_bytes = mxfp8::ColwiseScaleRowBytes(p.n);
   // Operands grouped by the GEMM's own sizes (x and dy of an MoE layer: the same buffer) have
   // the scale rows LocateGroup found; others are located row by row (LocateScaleRows).
-  const bool gemm_grouped = o.lhs_group_sizes == o.group_sizes && o.rhs_group_sizes == o.group_sizes;
+  const bool gemm_grouped =
+      o.lhs_group_sizes == o.group_sizes && o.rhs_group_sizes == o.group_sizes;
 
   // The scale rows of token rows [c0, c0 + count) of the group (count <= kStagedRows) into
   // s.x_scale_row and s.dy_scale_row, visible to every thread when it returns.
