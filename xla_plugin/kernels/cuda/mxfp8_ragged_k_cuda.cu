@@ -235,8 +235,10 @@ struct MmaShared {
   __nv_bfloat16 dy[kMaxThreads / 32][kWindowTokens][kStripCols + kMmaPad];           // 24 KB
 };
 
-// Whether bf16 holds each of 4 codes times its scale exactly: a scale in the bf16-exact range
-// of kFormat, or a zero code (a zero block's scale is 0).
+// Whether bf16 holds each of 4 codes times its scale exactly: a scale in ExactScaling<bf16>'s
+// range (normal bf16 values and factors: e4m3 10-134, e5m2 17-142, a sufficient condition
+// inside mxfp8_gemm.py's BF16_EXACT_SCALE_EXPONENTS), or a zero code (a zero block's scale
+// is 0).
 template <Fp8Format kFormat>
 __device__ inline bool ExactInBf16(uint32_t codes, uint32_t scales) {
   using Exact = ExactScaling<__nv_bfloat16, kFormat>;
