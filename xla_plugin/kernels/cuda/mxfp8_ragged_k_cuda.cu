@@ -212,9 +212,11 @@ __device__ void StreamGroup(const RaggedKProblem& p, const RaggedKOperands& o, i
 // --- groups of kMmaMinRows to 128 rows on tensor cores -------------------------------------
 // out[k][n] += sum over token rows t of x[t][k] dy[t][n] as bf16 mma.sync m16n8k16 (f32
 // accumulation) on the dequantized values, which bf16 holds exactly while every scale is in
-// ExactScaling<bf16>'s range and no code is NaN or Inf: then the products are exact in f32 and
-// the result is the f32 sum of exact products, as the dequantize backend's BF16 GEMM. A block
-// that meets a scale or code outside that redoes its outputs on the multiply-add path.
+// ExactScaling<bf16>'s range and no code is NaN or Inf: then the products are exact in f32
+// (but those below its range, 2^-149, which any f32 sum rounds away) and the result is an
+// f32 sum of exact products, as the dequantize backend's BF16 GEMM, in the tensor cores'
+// order (a block that falls back sums in another: last-bit differences). A block that meets
+// a scale or code outside that redoes its outputs on the multiply-add path.
 // x's values for the block's 64 output rows are staged once ([token][k], bf16); each warp then
 // takes 16-column strips of the chunk, staging dy's values of 64 token rows at a time in its
 // own [token][n] tile (the next window's loads in flight meanwhile), and reads both as mma
@@ -319,7 +321,7 @@ __device__ bool MmaGroup(const RaggedKProblem& p, const RaggedKOperands& o, cons
   const int padded_rows = (rows + 15) / 16 * 16;
   bool exact = true;
   // x's values [token][k] for the block's output rows, zeros past the rows and K: each
-  // thread's items 4 at a time, their loads issued together.
+  // thread's items kBatch at a time, their loads issued together.
   constexpr int kOctets = kBlockRows / kVector, kBatch = 2;
   const int items = padded_rows * kOctets;
   for (int e0 = threadIdx.x; e0 < items; e0 += kBatch * blockDim.x) {
