@@ -28,6 +28,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "xla_plugin/common/ragged_layout.h"
@@ -168,7 +169,7 @@ __device__ inline void LoadDyRow(const RaggedKProblem& p, const RaggedKOperands&
 }
 
 // A group of at most kRows token rows (rows, from token row `begin`; kRows a power of two,
-// the rows past the group multiplied by zeros), the block's output rows [k0, k0 + out_rows):
+// the rows past the group multiplied by zeros), the block's output rows out[0, out_rows):
 // each thread's dy values for its 8 columns are dequantized once into registers, then every
 // output row is computed from them and x_by_row (x_by_row[i][r]: one 16-byte broadcast per 4
 // token rows) and stored at once, so stores stream like a copy's. The first columns' dy loads
@@ -421,9 +422,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
     Mxfp8RaggedKKernel(RaggedKProblem p, RaggedKOperands o) {
   // deq(x)[token row][output row] for the multiply-add and streamed paths, or the tensor-core
   // path's tiles.
-  constexpr size_t kSmemBytes = sizeof(float[kStagedRows][kBlockRows]) > sizeof(MmaShared)
-                                    ? sizeof(float[kStagedRows][kBlockRows])
-                                    : sizeof(MmaShared);
+  constexpr size_t kSmemBytes = std::max(sizeof(float[kStagedRows][kBlockRows]), sizeof(MmaShared));
   __shared__ __align__(16) unsigned char smem[kSmemBytes];
   auto& x_values = *reinterpret_cast<float (*)[kStagedRows][kBlockRows]>(smem);
   __shared__ Shared s;
