@@ -39,6 +39,8 @@ CASES = {  # (M, K, N, group sizes): x [M, K], dy [M, N] -> dW [G, K, N]
     "large_group": (80, 136, 520, [70, 0, 3, 0, 0, 0, 0, 7, 0, 0]),
     # 260 rows: staged 128, 128 and 4 at a time; 38 groups keep the average under 8.
     "huge_group": (300, 72, 48, [260, 0, 20, 4] + [0] * 34),
+    # Each side of the tensor-core path's bounds (32 and 128 rows), with a 9-row group.
+    "tensor_core_bounds": (336, 64, 72, [31, 32, 128, 129, 9] + [0] * 37),
     "one_group": (8, 8, 8, [8]),
     "wide_n": (16, 16, 2064, [5, 11]),  # two column chunks of 2048, the second of 16
     "all_empty": (16, 32, 48, [0, 0, 0, 0]),

@@ -54,7 +54,9 @@ dimension numbers, result dtype) from static facts only:
     rows, whose time is writing the [G, K, N] result: one custom call
     (MXFP8_RAGGED_K_TARGET) of x and dy colwise along the token axis, each with
     its own group sizes (the GEMM's in every real use), compact scales, K and N
-    multiples of 8; on CUDA f32 multiply-adds of the values dequantized on load.
+    multiples of 8; on CUDA the values dequantized on load, multiplied with f32
+    multiply-adds (groups of 32-128 rows: bf16 mma.sync on values bf16 holds
+    exactly, else the multiply-adds).
   * "dequantize" (everything else): the MXFP8 dequantize op on each MXFP8
     operand in the orientation the GEMM needs, then the BF16 (or f32) grouped
     GEMM. A dequantized bf16 copy of each operand makes a round trip through
@@ -172,10 +174,10 @@ def _dequantize_backend(problem: MXFP8GemmProblem) -> jax.Array:
 # neither does (1.26 against 0.97); larger groups run the dequantize backend's BF16 tensor
 # cores.
 FUSED_MAX_ROWS_PER_GROUP = 128
-# The fused wgrad does rows_g f32 multiply-adds per element of the [G, K, N] result on the
-# CUDA cores. An H100 does about 10 per byte it can write to HBM, so at 8 rows per group on
-# average (4 per byte of a bf16 result) they hide behind writing the result; calls with
-# larger groups take the dequantize path's tensor cores.
+# The fused wgrad does rows_g multiply-adds per element of the [G, K, N] result, on the CUDA
+# cores for most groups (an H100 does about 10 per byte it can write to HBM), so at 8 rows
+# per group on average (4 per byte of a bf16 result) they hide behind writing the result;
+# calls with larger groups take the dequantize path's CUTLASS GEMM.
 FUSED_WGRAD_MAX_ROWS_PER_GROUP = 8
 FUSED_WGRAD_MAX_GROUPS = 65535  # one grid dimension of the CUDA kernel
 _FUSED_OUT_DTYPES = tuple(map(jnp.dtype, (jnp.bfloat16, jnp.float16, jnp.float32)))

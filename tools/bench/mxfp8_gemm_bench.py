@@ -40,9 +40,9 @@ TARGET_SPEEDUP = {"compute": 1.0, "weight_bandwidth": 1.3}
 CHECK_TOLERANCE = 1e-3
 PATH_NOTE = ("backend: fused_few_rows = the fused kernels, no bf16 copy (forward and dgrad: "
              "fp8 weight codes multiplied on tensor cores; wgrad: values dequantized on load, "
-             "f32 multiply-adds); dequantize = a bf16 copy of each operand in HBM, "
-             "then the BF16 grouped GEMM (more bytes and work than BF16: below target by "
-             "construction).")
+             "f32 multiply-adds, groups of 32-128 rows bf16 mma.sync); dequantize = a bf16 "
+             "copy of each operand in HBM, then the BF16 grouped GEMM (more bytes and work "
+             "than BF16: below target by construction).")
 # (lhs tensor, its orientation is colwise, rhs tensor, colwise) of each pass.
 ORIENTATIONS = {"fwd": ("x", False, "w", True), "dgrad": ("dy", False, "w", False),
                 "wgrad": ("x", True, "dy", True)}

@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "xla_plugin/common/ragged_layout.h"
+#include "xla_plugin/kernels/cuda/bf16_fast_scales.cuh"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
 #include "xla_plugin/kernels/cuda/launch_limits.h"
 #include "xla_plugin/kernels/cuda/warp_group_scan.cuh"
@@ -212,12 +213,12 @@ __device__ void StreamGroup(const RaggedKProblem& p, const RaggedKOperands& o, i
 
 // --- groups of kMmaMinRows to 128 rows on tensor cores -------------------------------------
 // out[k][n] += sum over token rows t of x[t][k] dy[t][n] as bf16 mma.sync m16n8k16 (f32
-// accumulation) on the dequantized values, which bf16 holds exactly while every scale is in
-// ExactScaling<bf16>'s range and no code is NaN or Inf: then the products are exact in f32
-// (but those below its range, 2^-149, which any f32 sum rounds away) and the result is an
-// f32 sum of exact products, as the dequantize backend's BF16 GEMM, in the tensor cores'
-// order (a block that falls back sums in another: last-bit differences). A block that meets
-// a scale or code outside that redoes its outputs on the multiply-add path.
+// accumulation) on the dequantized values, converted as the wgmma kernel converts them
+// (bf16_fast_scales.cuh): while every nonzero code's scale is in FastScales' range and no
+// code is NaN or Inf, the bf16 values and their products are exact and normal, so the result
+// is an f32 sum of exact products, as the dequantize backend's BF16 GEMM, in the tensor
+// cores' order (a block that falls back sums in another: last-bit differences). A block that
+// meets another scale or code redoes its outputs on the multiply-add path.
 // x's values for the block's 64 output rows are staged once ([token][k], bf16); each warp then
 // takes 16-column strips of the chunk, staging dy's values of 64 token rows at a time in its
 // own [token][n] tile (the next window's loads in flight meanwhile), and reads both as mma
@@ -230,44 +231,30 @@ constexpr int kMmaSteps = kWindowTokens / 16;   // mma k-steps of a window
 // warps waiting for each strip's dy loads (one round trip per strip and window), which a
 // multiply-add block of few rows beats. H200 (2026-11-30), decode-zipf / decode wgrad ms
 // (multiply-adds for every group: 0.276 / 0.214): tensor cores from 9 rows 0.249 / 0.222,
-// from 20 0.237 / 0.213, from 32 0.231 / 0.213 (not yet run through the tests on a GPU).
-constexpr int kMmaMinRows = 20;
+// from 20 0.237 / 0.213, from 32 0.231 / 0.213.
+constexpr int kMmaMinRows = 32;
 
 struct MmaShared {
   __nv_bfloat16 x[kStagedRows][kBlockRows + kMmaPad];                                // 18 KB
   __nv_bfloat16 dy[kMaxThreads / 32][kWindowTokens][kStripCols + kMmaPad];           // 24 KB
 };
 
-// Whether bf16 holds each of 4 codes times its scale exactly: a scale in ExactScaling<bf16>'s
-// range (normal bf16 values and factors: e4m3 10-134, e5m2 17-142, a sufficient condition
-// inside mxfp8_gemm.py's BF16_EXACT_SCALE_EXPONENTS), or a zero code (a zero block's scale
-// is 0).
-template <Fp8Format kFormat>
-__device__ inline bool ExactInBf16(uint32_t codes, uint32_t scales) {
-  using Exact = ExactScaling<__nv_bfloat16, kFormat>;
-  constexpr uint32_t lo = Exact::kMinScale * 0x01010101u, hi = Exact::kMaxScale * 0x01010101u;
-  const uint32_t in_range = __vcmpgeu4(scales, lo) & __vcmpleu4(scales, hi);
-  return (in_range | __vcmpeq4(codes & 0x7F7F7F7Fu, 0u)) == 0xFFFFFFFFu;
-}
-
-// 8 codes times their scales as 8 bf16 (4 words); `exact` is cleared where bf16 does not hold
-// them exactly or a code is NaN or Inf (see above). Zero codes and scales: zeros.
+// 8 codes times their scales as 8 bf16 (4 words), by ExactScaling's integer conversion;
+// `exact` is cleared where a nonzero code's scale is outside FastScales' range or a code is
+// NaN or Inf (see above).
 template <Fp8Format kFormat>
 __device__ inline uint4 DequantizeBf16x8(uint2 codes, uint2 scales, bool* exact) {
-  using Exact = ExactScaling<__nv_bfloat16, kFormat>;
-  const uint32_t words[2] = {codes.x, codes.y};
-  if (!ExactInBf16<kFormat>(codes.x, scales.x) || !ExactInBf16<kFormat>(codes.y, scales.y) ||
-      Exact::AnySpecial(words))
-    *exact = false;
-  float v[kVector];
-  Dequantize8<kFormat>(codes, scales, v);
-  uint32_t packed[4];
+  using F = FastScales<kFormat>;
+  const uint32_t words[2] = {codes.x, codes.y}, scale_words[2] = {scales.x, scales.y};
+  uint32_t out[4], outside_codes = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-    packed[i] = *reinterpret_cast<const uint32_t*>(&pair);
+  for (int w = 0; w < 2; ++w) {
+    uint32_t factors[2];
+    outside_codes |= words[w] & F::Factors4(scale_words[w], factors);
+    F::Exact::Convert(words[w], factors, &out[2 * w]);
   }
-  return make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  if (F::Exact::AnySpecial(words) || (outside_codes & 0x7F7F7F7Fu) != 0) *exact = false;
+  return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 __device__ inline void LoadMatrixX4Trans(const void* row, uint32_t (&r)[4]) {

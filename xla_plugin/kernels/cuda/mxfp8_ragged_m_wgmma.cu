@@ -35,6 +35,7 @@
 #include <cutlass/arch/memory_sm80.h>
 
 #include "xla_plugin/common/ragged_layout.h"
+#include "xla_plugin/kernels/cuda/bf16_fast_scales.cuh"
 #include "xla_plugin/kernels/cuda/device_info.h"
 #include "xla_plugin/kernels/cuda/launch_limits.h"
 #include "xla_plugin/kernels/cuda/float_convert.cuh"
@@ -55,22 +56,6 @@ constexpr int kTileK = 64;   // K per step: two MX blocks
 constexpr int kThreads = 128;
 constexpr int kChunk = 16;   // codes per 16-byte load
 
-// Scales whose values take the bf16 path: the dequantized codes are normal bf16 numbers (so
-// exact), and any product of two such values is a normal f32 below 2^112 (each operand's range
-// carries half of that condition, so it holds whatever the other operand's format).
-template <Fp8Format kFormat>
-struct FastScales {
-  using Exact = ExactScaling<__nv_bfloat16, kFormat>;
-  static constexpr int kLo = Exact::Max(Exact::kMinScale, 64 - Exact::kCodeMinExponent);
-  static constexpr int kHi = Exact::Min(Exact::kMaxScale, 183 - (Exact::kCodeMaxExponent + 1));
-  static_assert(kLo < 127 && kHi > 127);
-  static constexpr uint32_t kFactorOffset = Exact::kBiasGap + Exact::kOut.bias - 127;
-
-  __device__ static bool InRange(uint32_t e) { return e - kLo <= static_cast<uint32_t>(kHi - kLo); }
-  // Two bf16 factors 2^(e - 127) relative to Exact's code encoding, for two codes of scale e.
-  __device__ static uint32_t Factor2(uint32_t e) { return Exact::FactorBits(e) * 0x00010001u; }
-};
-
 __device__ inline uint32_t Word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -80,32 +65,19 @@ __device__ inline bool AnyNonzeroCode(const uint4& codes) {
 }
 
 // The factors of 16 codes of 16 columns with a scale each (the forward's weights: a row of 16
-// codes along N), from the 16 scale bytes: per word of 4 codes, two bf16x2 factor words
-// (lanes (0, 1) and (2, 3)) and a byte mask of the codes whose scale is outside FastScales'
-// range (those get the factor 1: exact for zero codes; a nonzero one makes the step slow).
-// A thread computes them once per K block and uses them for each of its rows of that block.
+// codes along N), from the 16 scale bytes: per word of 4 codes, two bf16x2 factor words and
+// a byte mask of the codes whose scale is outside FastScales' range (a nonzero one of those
+// makes the step slow). A thread computes them once per K block and uses them for each of its
+// rows of that block.
 template <Fp8Format kFormat>
 struct ColumnFactors {
-  using F = FastScales<kFormat>;
   uint32_t factors[8];
   uint32_t outside[4];
 
   __device__ explicit ColumnFactors(const uint4& scales) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t lane_masks[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // Two scales in 16-bit lanes; a lane's bit 15: above kHi, or (inverted) not below kLo.
-        const uint32_t lanes = __byte_perm(Word(scales, i), 0, h == 0 ? 0x4140 : 0x4342);
-        const uint32_t above = lanes + (0x7FFFu - F::kHi) * 0x00010001u;
-        const uint32_t not_below = lanes + (0x8000u - F::kLo) * 0x00010001u;
-        lane_masks[h] = (((above | ~not_below) & 0x80008000u) >> 15) * 0xFFFFu;
-        const uint32_t e = (lanes & ~lane_masks[h]) | (127u * 0x00010001u & lane_masks[h]);
-        factors[2 * i + h] = (e + F::kFactorOffset * 0x00010001u) << F::Exact::kOut.mantissa_bits;
-      }
-      outside[i] = __byte_perm(lane_masks[0], lane_masks[1], 0x6420);  // code j: lane j % 2 of mask j / 2
-    }
+    for (int i = 0; i < 4; ++i)
+      outside[i] = FastScales<kFormat>::Factors4(Word(scales, i), &factors[2 * i]);
   }
 };
 
