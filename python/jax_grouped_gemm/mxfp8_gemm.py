@@ -177,7 +177,10 @@ FUSED_MAX_ROWS_PER_GROUP = 128
 # The fused wgrad does rows_g multiply-adds per element of the [G, K, N] result, on the CUDA
 # cores for most groups (an H100 does about 10 per byte it can write to HBM), so at 8 rows
 # per group on average (4 per byte of a bf16 result) they hide behind writing the result;
-# calls with larger groups take the dequantize path's CUTLASS GEMM.
+# calls with larger groups take the dequantize path's CUTLASS GEMM. H200 (PERFORMANCE.md,
+# 2026-11-30, tools/device/mxfp8_wgrad_crossover.py): at 16-128 rows per group the fused
+# kernel took 2-50x the dequantize backend's time (its groups of 9-31 and over 128 rows run
+# on multiply-adds).
 FUSED_WGRAD_MAX_ROWS_PER_GROUP = 8
 FUSED_WGRAD_MAX_GROUPS = 65535  # one grid dimension of the CUDA kernel
 _FUSED_OUT_DTYPES = tuple(map(jnp.dtype, (jnp.bfloat16, jnp.float16, jnp.float32)))

@@ -227,11 +227,10 @@ constexpr int kMmaPad = 8;                      // bf16 per shared row: conflict
 constexpr int kStripCols = 16;                  // a warp's columns at a time: two mma n-tiles
 constexpr int kWindowTokens = 64;               // dy token rows a warp stages at a time
 constexpr int kMmaSteps = kWindowTokens / 16;   // mma k-steps of a window
-// Groups of fewer rows take the multiply-add path: a tensor-core block's time is mostly its
-// warps waiting for each strip's dy loads (one round trip per strip and window), which a
-// multiply-add block of few rows beats. H200 (2026-11-30), decode-zipf / decode wgrad ms
-// (multiply-adds for every group: 0.276 / 0.214): tensor cores from 9 rows 0.249 / 0.222,
-// from 20 0.237 / 0.213, from 32 0.231 / 0.213.
+// Groups of fewer rows take the multiply-add path, which beats a tensor-core block there.
+// H200 (2026-11-30), decode-zipf / decode wgrad ms (multiply-adds for every group: 0.276 /
+// 0.214): tensor cores from 9 rows 0.235 / 0.218, from 16 0.231 / 0.214, from 32 0.222 /
+// 0.213 (with codes converted through f32, before: from 9 0.249 / 0.222, from 32 0.231).
 constexpr int kMmaMinRows = 32;
 
 struct MmaShared {
