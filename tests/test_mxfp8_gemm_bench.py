@@ -52,3 +52,23 @@ def test_few_rows_per_group_forward_runs_the_fused_backend(tmp_path):
   assert record["check_rel_err"] < 1e-2
   table = (tmp_path / "mxfp8_gemm_bench.md").read_text()
   assert "| tiny-decode | 16, 64, 48, 4 | fwd | weight_bandwidth | fused_few_rows |" in table
+
+
+def test_wgrad_crossover_times_both_backends_and_restores_the_limit(tmp_path):
+  """tools/device/mxfp8_wgrad_crossover.py: the "chosen" arm dequantizes past the fused
+  wgrad's limit, the "fused" arm lifts it, and the limit is back afterwards."""
+  from jax_grouped_gemm import mxfp8_gemm
+  from tools.device import mxfp8_wgrad_crossover
+
+  limit = mxfp8_gemm.FUSED_WGRAD_MAX_ROWS_PER_GROUP
+  mxfp8_wgrad_crossover.main(["--out", str(tmp_path), "--dims", "64,48,4", "--rows", "4,16",
+                              "--calls", "2", "--runs", "2", "--warmup-seconds", "0"])
+  assert mxfp8_gemm.FUSED_WGRAD_MAX_ROWS_PER_GROUP == limit
+  saved = json.loads((tmp_path / "crossover.json").read_text())
+  backends = {arm: {r["shape"]: r["backend"] for r in saved[arm]} for arm in ("chosen", "fused")}
+  assert backends["chosen"] == {"r4-uniform": "fused_few_rows", "r4-zipf": "fused_few_rows",
+                                "r16-uniform": "dequantize", "r16-zipf": "dequantize"}
+  assert set(backends["fused"].values()) == {"fused_few_rows"}
+  assert all(r["check_ok"] for arm in ("chosen", "fused") for r in saved[arm])
+  table = (tmp_path / "crossover.md").read_text()
+  assert "| r16-zipf |" in table and "dequantize)" in table and "n/a" not in table
