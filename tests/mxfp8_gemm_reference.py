@@ -89,3 +89,18 @@ def check_product(out, gemm, lhs, rhs, sizes, group_offset=0, num_groups=None):
   bad = ~(error <= bound)
   assert not bad.any(), (f"{bad.sum()} of {bad.size} elements off; worst error/bound "
                          f"{np.nanmax(error / np.maximum(bound, 1e-300)):.3g}")
+
+
+def fused_and_dequantized(make_problem):
+  """(fused, plain): the f32 results of make_problem(**options), an MXFP8GemmProblem that must
+  choose "fused_few_rows", on that backend and on the dequantize backend at HIGHEST precision
+  (the exact bf16 values' f32 products: where NaN and Inf must agree)."""
+  import jax
+  from jax_grouped_gemm import mxfp8_gemm
+
+  problem = make_problem(preferred_element_type=jnp.float32)
+  assert mxfp8_gemm.choose_backend(problem) == "fused_few_rows"
+  fused = np.asarray(mxfp8_gemm.BACKENDS["fused_few_rows"](problem))
+  plain = np.asarray(mxfp8_gemm.BACKENDS["dequantize"](make_problem(
+      precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)))
+  return fused, plain

@@ -13,6 +13,8 @@ kernel's exact path). Runs on the default backend (the CPU handler in CI, the CU
 a GPU), outputs poisoned first (conftest), so an unwritten element is NaN.
 """
 
+import dataclasses
+import functools
 import re
 import textwrap
 
@@ -23,11 +25,12 @@ import pytest
 
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import mxfp8_gemm
+from jax_grouped_gemm.mxfp8 import scale_layout
 from jax_grouped_gemm.grouped_dense import DGRAD_DIMENSION_NUMBERS
 from jax_grouped_gemm.ragged_dot import BASIC_DIMENSION_NUMBERS
 import command_buffers
 from conftest import requires_gpu
-from mxfp8_gemm_reference import check_product, dequantized, product
+from mxfp8_gemm_reference import check_product, dequantized, fused_and_dequantized, product
 
 mxfp8 = jgg.mxfp8
 E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
@@ -300,12 +303,7 @@ def test_agrees_with_the_dequantize_backend_on_special_values(gemm, case):
     b = np.ascontiguousarray(b.transpose(0, 2, 1))
   lhs = mxfp8.quantize(jnp.asarray(a), group_sizes, rowwise=True)
   w = mxfp8.quantize(jnp.asarray(b), rowwise=not w_colwise, colwise=w_colwise)
-  problem = _problem(lhs, w, group_sizes, dims, preferred_element_type=jnp.float32)
-  assert mxfp8_gemm.choose_backend(problem) == "fused_few_rows"
-  fused = np.asarray(mxfp8_gemm.BACKENDS["fused_few_rows"](problem))
-  plain = np.asarray(mxfp8_gemm.BACKENDS["dequantize"](
-      _problem(lhs, w, group_sizes, dims, precision=jax.lax.Precision.HIGHEST,
-               preferred_element_type=jnp.float32)))
+  fused, plain = fused_and_dequantized(functools.partial(_problem, lhs, w, group_sizes, dims))
   np.testing.assert_array_equal(np.isnan(fused), np.isnan(plain))
   np.testing.assert_array_equal(np.isinf(fused), np.isinf(plain))
   # Finite results: both within f32 accumulation error ((K + 2) u sum|a b| each, summed in
@@ -316,6 +314,33 @@ def test_agrees_with_the_dequantize_backend_on_special_values(gemm, case):
   bound = 2 * (a.shape[1] + 2) * 2.0 ** -24 * magnitude
   assert (np.abs(fused[finite] - plain[finite]) <= bound[finite]).all()
   assert np.isnan(fused).any() and np.isinf(fused).any()
+
+
+@pytest.mark.parametrize("case", ["decode_like", "tens_of_rows"])
+def test_a_nan_scale_over_zero_codes_gives_nan(case):
+  """A block with the NaN scale (0xFF) dequantizes to NaN even where its codes are zero (the
+  quantizer never writes that, a hand-made tensor can): an x block (row 1, K 32-63) and a W
+  block (expert 2, K 64-95, column 17) so, in the mma kernel (decode_like) and the wgmma one
+  (tens_of_rows: uniform and per-column scales), the results they reach are NaN, as on the
+  dequantize backend."""
+  m, k, n, sizes = CASES[case]
+  qx, qw, group_sizes = _forward_operands(case, seed=9)
+  x, x_scales = np.array(qx.data), np.array(qx.scale_inv)
+  x[1, 32:64] = 0
+  _, x_row_bytes = scale_layout.padded_scale_dims(sizes[0], k, colwise=False)
+  x_scales[1 * x_row_bytes + 1] = 0xFF  # group 0's scale matrix comes first
+  w, w_scales = np.array(qw.colwise_data), np.array(qw.colwise_scale_inv)
+  w[2, 64:96, 17] = 0
+  w_scales[2, 2, 17] = 0xFF  # a stack's scales: [G, K / 32 padded, N padded]
+  qx = dataclasses.replace(qx, data=jnp.asarray(x), scale_inv=jnp.asarray(x_scales))
+  qw = dataclasses.replace(qw, colwise_data=jnp.asarray(w),
+                           colwise_scale_inv=jnp.asarray(w_scales))
+  assert np.isnan(np.asarray(dequantized(qx, False))[1, 32:64]).all()
+  assert np.isnan(np.asarray(dequantized(qw, True))[2, 64:96, 17]).all()
+  fused, plain = fused_and_dequantized(functools.partial(_problem, qx, qw, group_sizes))
+  begin = sum(sizes[:2])  # expert 2's rows
+  assert np.isnan(plain[1]).all() and np.isnan(plain[begin:begin + sizes[2], 17]).all()
+  np.testing.assert_array_equal(np.isnan(fused), np.isnan(plain))
 
 
 def test_under_vmap_and_grad_of_grouped_dense():

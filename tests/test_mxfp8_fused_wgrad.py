@@ -13,6 +13,8 @@ result dtype, NaN/Inf blocks. Runs on the default backend (the CPU handler in CI
 kernel on a GPU), outputs poisoned first (conftest), so an unwritten element is NaN.
 """
 
+import dataclasses
+import functools
 import textwrap
 
 import jax
@@ -22,10 +24,11 @@ import pytest
 
 import jax_grouped_gemm as jgg
 from jax_grouped_gemm import mxfp8_gemm
+from jax_grouped_gemm.mxfp8 import scale_layout
 from jax_grouped_gemm.mxfp8_gemm import WGRAD_DIMENSION_NUMBERS
 import command_buffers
 from conftest import requires_gpu
-from mxfp8_gemm_reference import check_product, dequantized, product
+from mxfp8_gemm_reference import check_product, dequantized, fused_and_dequantized, product
 
 mxfp8 = jgg.mxfp8
 E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
@@ -193,12 +196,7 @@ def test_wgrad_agrees_with_the_dequantize_backend_on_special_values():
   b[32:64, 10] = 448.0
   qx = mxfp8.quantize(jnp.asarray(a), group_sizes, rowwise=False, colwise=True)
   qdy = mxfp8.quantize(jnp.asarray(b), group_sizes, rowwise=False, colwise=True)
-  problem = _problem(qx, qdy, group_sizes, preferred_element_type=jnp.float32)
-  assert mxfp8_gemm.choose_backend(problem) == "fused_few_rows"
-  fused = np.asarray(mxfp8_gemm.BACKENDS["fused_few_rows"](problem))
-  plain = np.asarray(mxfp8_gemm.BACKENDS["dequantize"](
-      _problem(qx, qdy, group_sizes, precision=jax.lax.Precision.HIGHEST,
-               preferred_element_type=jnp.float32)))
+  fused, plain = fused_and_dequantized(functools.partial(_problem, qx, qdy, group_sizes))
   np.testing.assert_array_equal(np.isnan(fused), np.isnan(plain))
   np.testing.assert_array_equal(np.isinf(fused), np.isinf(plain))
   finite = np.isfinite(plain)
@@ -207,6 +205,25 @@ def test_wgrad_agrees_with_the_dequantize_backend_on_special_values():
   bound = 2 * (m + 2) * 2.0 ** -24 * magnitude
   assert (np.abs(fused[finite] - plain[finite]) <= bound[finite]).all()
   assert np.isnan(fused).any() and np.isinf(fused).any()
+
+
+def test_wgrad_of_a_nan_scale_over_zero_codes_is_nan():
+  """A block with the NaN scale (0xFF) dequantizes to NaN even where its codes are zero (the
+  quantizer never writes that, a hand-made tensor can): in a tensor-core group (70 rows), the
+  column's results are NaN, as on the dequantize backend."""
+  m, k, n, sizes = CASES["large_group"]
+  qx, qdy, group_sizes = _operands("large_group", seed=7)
+  data = np.array(qx.colwise_data)
+  scales = np.array(qx.colwise_scale_inv)
+  data[32:64, 5] = 0  # x's column 5, token rows 32-63 of group 0: its second 32-row block
+  _, row_bytes = scale_layout.padded_scale_dims(sizes[0], k, colwise=True)
+  scales[1 * row_bytes + 5] = 0xFF  # group 0's scale matrix comes first, rows of row_bytes
+  qx = dataclasses.replace(qx, colwise_data=jnp.asarray(data),
+                           colwise_scale_inv=jnp.asarray(scales))
+  assert np.isnan(np.asarray(dequantized(qx, True))[32:64, 5]).all()
+  fused, plain = fused_and_dequantized(functools.partial(_problem, qx, qdy, group_sizes))
+  assert np.isnan(plain[0, 5]).all()
+  np.testing.assert_array_equal(np.isnan(fused), np.isnan(plain))
 
 
 # --- graph safety ---------------------------------------------------------------------------

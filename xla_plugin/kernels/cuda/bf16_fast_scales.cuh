@@ -3,7 +3,8 @@
 // which every dequantized code is a normal bf16 number (so exact) and every product of two
 // such values a normal f32 below 2^112 (so exact too, and no tensor core's flush of subnormal
 // values or products can change it). A code under a scale outside the range is exact there
-// only when it is zero; the kernels send any other to their f32 per-element path.
+// only when it is zero and the scale is not the NaN scale 0xFF (which makes even a zero code
+// NaN); the kernels send any other to their f32 per-element path.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_BF16_FAST_SCALES_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_BF16_FAST_SCALES_CUH_
 
@@ -47,6 +48,11 @@ struct FastScales {
     return __byte_perm(lane_masks[0], lane_masks[1], 0x6420);  // code j: lane j % 2 of mask j / 2
   }
 };
+
+// Whether any of 4 scale bytes is the NaN scale 0xFF (a zero byte of ~scales).
+__device__ inline bool AnyNanScale(uint32_t scales) {
+  return ((~scales - 0x01010101u) & scales & 0x80808080u) != 0;
+}
 
 }  // namespace jgg::cuda
 

@@ -215,10 +215,10 @@ __device__ void StreamGroup(const RaggedKProblem& p, const RaggedKOperands& o, i
 // out[k][n] += sum over token rows t of x[t][k] dy[t][n] as bf16 mma.sync m16n8k16 (f32
 // accumulation) on the dequantized values, converted as the wgmma kernel converts them
 // (bf16_fast_scales.cuh): while every nonzero code's scale is in FastScales' range and no
-// code is NaN or Inf, the bf16 values and their products are exact and normal, so the result
-// is an f32 sum of exact products, as the dequantize backend's BF16 GEMM, in the tensor
-// cores' order (a block that falls back sums in another: last-bit differences). A block that
-// meets another scale or code redoes its outputs on the multiply-add path.
+// code or scale is NaN (or Inf), the bf16 values and their products are exact and normal, so
+// the result is an f32 sum of exact products, as the dequantize backend's BF16 GEMM, in the
+// tensor cores' order (a block that falls back sums in another: last-bit differences). A
+// block that meets another scale or code redoes its outputs on the multiply-add path.
 // x's values for the block's 64 output rows are staged once ([token][k], bf16); each warp then
 // takes 16-column strips of the chunk, staging dy's values of 64 token rows at a time in its
 // own [token][n] tile (the next window's loads in flight meanwhile), and reads both as mma
@@ -239,8 +239,8 @@ struct MmaShared {
 };
 
 // 8 codes times their scales as 8 bf16 (4 words), by ExactScaling's integer conversion;
-// `exact` is cleared where a nonzero code's scale is outside FastScales' range or a code is
-// NaN or Inf (see above).
+// `exact` is cleared where a nonzero code's scale is outside FastScales' range, a scale is
+// the NaN scale or a code is NaN or Inf (see above).
 template <Fp8Format kFormat>
 __device__ inline uint4 DequantizeBf16x8(uint2 codes, uint2 scales, bool* exact) {
   using F = FastScales<kFormat>;
@@ -252,7 +252,9 @@ __device__ inline uint4 DequantizeBf16x8(uint2 codes, uint2 scales, bool* exact)
     outside_codes |= words[w] & F::Factors4(scale_words[w], factors);
     F::Exact::Convert(words[w], factors, &out[2 * w]);
   }
-  if (F::Exact::AnySpecial(words) || (outside_codes & 0x7F7F7F7Fu) != 0) *exact = false;
+  if (F::Exact::AnySpecial(words) || (outside_codes & 0x7F7F7F7Fu) != 0 ||
+      AnyNanScale(scales.x) || AnyNanScale(scales.y))
+    *exact = false;
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 

@@ -18,9 +18,10 @@
 //
 // Exactness: the bf16 values are the dequantized values exactly, and so are their products
 // in f32, while every scale of the step is in FastScales' range (or its block's codes are all
-// zero); then the result is the f32 sum of exact products, as the mma kernel's. A step with a
-// scale outside it (tiny or huge blocks, NaN or Inf codes) is computed element by element in
-// f32 instead (slow, exact, the same NaN and Inf as dequantize -> f32 matmul).
+// zero under a scale other than NaN's); then the result is the f32 sum of exact products, as
+// the mma kernel's. A step with a scale outside it (tiny or huge blocks, NaN or Inf codes, the
+// NaN scale) is computed element by element in f32 instead (slow, exact, the same NaN and Inf
+// as dequantize -> f32 matmul).
 #include "xla_plugin/kernels/cuda/mxfp8_ragged_m_wgmma.h"
 
 #include <cuda_bf16.h>
@@ -66,18 +67,21 @@ __device__ inline bool AnyNonzeroCode(const uint4& codes) {
 
 // The factors of 16 codes of 16 columns with a scale each (the forward's weights: a row of 16
 // codes along N), from the 16 scale bytes: per word of 4 codes, two bf16x2 factor words and
-// a byte mask of the codes whose scale is outside FastScales' range (a nonzero one of those
-// makes the step slow). A thread computes them once per K block and uses them for each of its
-// rows of that block.
+// a byte mask of the codes whose scale is outside FastScales' range (a nonzero one of those,
+// or any NaN scale, makes the step slow). A thread computes them once per K block and uses
+// them for each of its rows of that block.
 template <Fp8Format kFormat>
 struct ColumnFactors {
   uint32_t factors[8];
   uint32_t outside[4];
+  bool nan_scale = false;
 
   __device__ explicit ColumnFactors(const uint4& scales) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i) {
       outside[i] = FastScales<kFormat>::Factors4(Word(scales, i), &factors[2 * i]);
+      nan_scale |= AnyNanScale(Word(scales, i));
+    }
   }
 };
 
@@ -98,7 +102,8 @@ __device__ inline bool StoreUniform(const uint4& codes, uint32_t e, uint32_t lo)
   using F = FastScales<kFormat>;
   const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
   const bool fast = F::InRange(e);
-  const bool slow = F::Exact::AnySpecial(words) || (!fast && AnyNonzeroCode(codes));
+  const bool slow = F::Exact::AnySpecial(words) ||
+                    (!fast && (e == mxfp8::kScaleNaN || AnyNonzeroCode(codes)));
   const uint32_t factor = F::Factor2(fast ? e : 127u);  // all-zero codes: any factor gives 0
   const uint32_t factors[2] = {factor, factor};
   uint32_t out[8];
@@ -120,7 +125,7 @@ __device__ inline bool StorePerCode(const uint4& codes, const ColumnFactors<kFor
     F::Exact::Convert(words[i], &f.factors[2 * i], &out[2 * i]);
   }
   StoreHalves(out, lo);
-  return F::Exact::AnySpecial(words) || (outside_codes & 0x7F7F7F7Fu) != 0;
+  return F::Exact::AnySpecial(words) || (outside_codes & 0x7F7F7F7Fu) != 0 || f.nan_scale;
 }
 
 // The wgmma operands: x tile (64 rows, K-major) and weight tile (128 columns; forward N-major
