@@ -54,21 +54,26 @@ def test_few_rows_per_group_forward_runs_the_fused_backend(tmp_path):
   assert "| tiny-decode | 16, 64, 48, 4 | fwd | weight_bandwidth | fused_few_rows |" in table
 
 
-def test_wgrad_crossover_times_both_backends_and_restores_the_limit(tmp_path):
-  """tools/device/mxfp8_wgrad_crossover.py: the "chosen" arm dequantizes past the fused
-  wgrad's limit, the "fused" arm lifts it, and the limit is back afterwards."""
+def test_backend_crossover_times_both_backends_and_restores_the_limits(tmp_path):
+  """tools/device/mxfp8_backend_crossover.py: each arm runs the backend it forces, the
+  default's choice is named (fused up to its limit, dequantize past it), and the limits are
+  back afterwards."""
   from jax_grouped_gemm import mxfp8_gemm
-  from tools.device import mxfp8_wgrad_crossover
+  from tools.device import mxfp8_backend_crossover as crossover
 
-  limit = mxfp8_gemm.FUSED_WGRAD_MAX_ROWS_PER_GROUP
-  mxfp8_wgrad_crossover.main(["--out", str(tmp_path), "--dims", "64,48,4", "--rows", "4,16",
-                              "--calls", "2", "--runs", "2", "--warmup-seconds", "0"])
-  assert mxfp8_gemm.FUSED_WGRAD_MAX_ROWS_PER_GROUP == limit
+  limits = [getattr(mxfp8_gemm, name) for name in crossover.LIMITS]
+  crossover.main(["--out", str(tmp_path), "--passes", "fwd,wgrad", "--dims", "64,48,4",
+                  "--rows", "4,16", "--calls", "2", "--runs", "2", "--warmup-seconds", "0"])
+  assert [getattr(mxfp8_gemm, name) for name in crossover.LIMITS] == limits
   saved = json.loads((tmp_path / "crossover.json").read_text())
-  backends = {arm: {r["shape"]: r["backend"] for r in saved[arm]} for arm in ("chosen", "fused")}
-  assert backends["chosen"] == {"r4-uniform": "fused_few_rows", "r4-zipf": "fused_few_rows",
-                                "r16-uniform": "dequantize", "r16-zipf": "dequantize"}
-  assert set(backends["fused"].values()) == {"fused_few_rows"}
-  assert all(r["check_ok"] for arm in ("chosen", "fused") for r in saved[arm])
+  for arm in ("fused", "dequantize"):
+    assert {r["backend"] for r in saved[arm]} == {f"{arm}_few_rows" if arm == "fused" else arm}
+    assert len(saved[arm]) == 8 and all(r["check_ok"] for r in saved[arm])
+  # 16 rows per group: the forward's fused kernels take it, wgrad's stop at 8.
+  assert saved["chosen"] == {
+      "r4-uniform fwd": "fused_few_rows", "r4-uniform wgrad": "fused_few_rows",
+      "r4-zipf fwd": "fused_few_rows", "r4-zipf wgrad": "fused_few_rows",
+      "r16-uniform fwd": "fused_few_rows", "r16-uniform wgrad": "dequantize",
+      "r16-zipf fwd": "fused_few_rows", "r16-zipf wgrad": "dequantize"}
   table = (tmp_path / "crossover.md").read_text()
-  assert "| r16-zipf |" in table and "dequantize)" in table and "n/a" not in table
+  assert "| r16-zipf | wgrad |" in table and "| dequantize |" in table and "n/a" not in table

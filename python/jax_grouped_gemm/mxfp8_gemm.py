@@ -178,7 +178,7 @@ FUSED_MAX_ROWS_PER_GROUP = 128
 # cores for most groups (an H100 does about 10 per byte it can write to HBM), so at 8 rows
 # per group on average (4 per byte of a bf16 result) they hide behind writing the result;
 # calls with larger groups take the dequantize path's CUTLASS GEMM. H200 (PERFORMANCE.md,
-# 2026-11-30, tools/device/mxfp8_wgrad_crossover.py): at 16-128 rows per group the fused
+# 2026-11-30, tools/device/mxfp8_backend_crossover.py): at 16-128 rows per group the fused
 # kernel took 2-50x the dequantize backend's time (its groups of 9-31 and over 128 rows run
 # on multiply-adds).
 FUSED_WGRAD_MAX_ROWS_PER_GROUP = 8

@@ -1,0 +1,126 @@
+"""Where the fused MXFP8 kernels stop beating the dequantize backend, by rows per group.
+
+mxfp8_gemm.choose_backend sends a call to "fused_few_rows" while its average rows per group
+stay within FUSED_MAX_ROWS_PER_GROUP (forward, dgrad: the mma kernel, then the wgmma one) or
+FUSED_WGRAD_MAX_ROWS_PER_GROUP (wgrad), else to "dequantize" (bf16 copies of the operands,
+then our BF16 GEMM). This times the passes at growing token counts, uniform and Zipf
+routing, once on each backend (forced by setting that limit out of reach or to 0 while the
+arm is traced), each against our BF16 GEMM, through tools.bench.mxfp8_gemm_bench.run (its
+JSON and tables land in OUT/fused and OUT/dequantize), and names the backend the default
+limits choose. Run on the device:
+
+  PYTHONPATH=python:tests:. python3 tools/device/mxfp8_backend_crossover.py --out OUT \\
+      [--passes wgrad] [--rows 8,16,32,64,128] [--dims 4096,1536,64]
+"""
+
+import argparse
+import contextlib
+import json
+import os
+
+from jax_grouped_gemm import mxfp8_gemm
+from tools.bench import mxfp8_gemm_bench
+from tools.bench import shapes as shapes_lib
+
+LIMITS = ("FUSED_MAX_ROWS_PER_GROUP", "FUSED_WGRAD_MAX_ROWS_PER_GROUP")
+ARMS = {"fused": 1 << 30, "dequantize": 0}  # the limits each arm sets
+
+
+def crossover_shapes(dims, rows_per_group):
+  """(K, N, G) at each average of rows per group, uniform and Zipf routing."""
+  k, n, g = dims
+  return [shapes_lib.GroupedGemmShape(f"r{r}-{routing}", r * g, k, n, g, routing=routing,
+                                      seed=1, bound="weight_bandwidth")
+          for r in rows_per_group for routing in shapes_lib.ROUTINGS]
+
+
+@contextlib.contextmanager
+def limits_at(value):
+  """Both fused-row limits at `value` (read when each call is traced), restored after."""
+  saved = {name: getattr(mxfp8_gemm, name) for name in LIMITS}
+  for name in LIMITS:
+    setattr(mxfp8_gemm, name, value)
+  try:
+    yield
+  finally:
+    for name, limit in saved.items():
+      setattr(mxfp8_gemm, name, limit)
+
+
+def timed(shapes, passes, out_dir, limit, args):
+  """mxfp8_gemm_bench's records of `passes` of `shapes` with both limits at `limit`."""
+  with limits_at(limit):
+    return mxfp8_gemm_bench.run(shapes, passes, out_dir, args.calls, args.runs,
+                                warmup_seconds=args.warmup_seconds)["records"]
+
+
+def chosen_backends(shapes, passes):
+  """{(shape, pass): the backend the default limits choose}, from static facts only."""
+  import jax.numpy as jnp
+
+  from tools.bench import jax_competitors
+
+  chosen = {}
+  for shape in shapes:
+    m, k, n, g = shape.dims
+    tensors = {"x": jnp.zeros((m, k), jnp.bfloat16), "w": jnp.zeros((g, k, n), jnp.bfloat16),
+               "dy": jnp.zeros((m, n), jnp.bfloat16)}
+    group_sizes = jnp.asarray(shape.group_sizes())
+    for pass_name in passes:
+      lhs, rhs = mxfp8_gemm_bench._quantized(tensors, group_sizes, pass_name)
+      problem = mxfp8_gemm.resolve_problem(lhs, rhs, group_sizes,
+                                           jax_competitors._dimension_numbers(pass_name))
+      chosen[shape.name, pass_name] = mxfp8_gemm.choose_backend(problem)
+  return chosen
+
+
+def table(dims, arms, chosen):
+  """Markdown: per shape and pass, BF16 ms, each arm's ms and speedup, the default's pick."""
+  lines = [f"K, N, G = {', '.join(map(str, dims))}; ms (speedup over our BF16 GEMM in the "
+           "same arm's run)", "", "| shape | pass | BF16 | dequantize | fused | chosen |",
+           "|---|---|---|---|---|---|"]
+
+  def cell(r):
+    if "error" in r:
+      return f"n/a: {r['error']}"
+    return f"{r['mxfp8']['seconds'] * 1e3:.3f} ({r['speedup']:.2f}x)"
+  for d, f in zip(arms["dequantize"], arms["fused"]):
+    bf16 = f"{d['bf16']['seconds'] * 1e3:.3f}" if "bf16" in d else "n/a"
+    lines.append(f"| {d['shape']} | {d['pass_name']} | {bf16} | {cell(d)} | {cell(f)} | "
+                 f"{chosen[d['shape'], d['pass_name']]} |")
+  return "\n".join(lines)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--out", required=True)
+  parser.add_argument("--passes", default="wgrad", help="of fwd, dgrad, wgrad")
+  parser.add_argument("--rows", default="8,16,32,64,128", help="average rows per group")
+  parser.add_argument("--dims", default="4096,1536,64", help="K,N,G (the decode anchor's)")
+  parser.add_argument("--calls", type=int, default=10)
+  parser.add_argument("--runs", type=int, default=20)
+  parser.add_argument("--warmup-seconds", type=float, default=1.5)
+  args = parser.parse_args(argv)
+  dims = tuple(int(d) for d in args.dims.split(","))
+  if len(dims) != 3:
+    parser.error(f"--dims: expected K,N,G, got {args.dims!r}")
+  passes = [p for p in args.passes.split(",") if p]
+  unknown = [p for p in passes if p not in shapes_lib.PASSES]
+  if unknown:
+    parser.error(f"--passes: unknown {unknown}; known: {', '.join(shapes_lib.PASSES)}")
+  shapes = crossover_shapes(dims, [int(r) for r in args.rows.split(",")])
+  chosen = chosen_backends(shapes, passes)
+  arms = {arm: timed(shapes, passes, os.path.join(args.out, arm), limit, args)
+          for arm, limit in ARMS.items()}
+  text = table(dims, arms, chosen)
+  with open(os.path.join(args.out, "crossover.md"), "w", encoding="utf-8") as f:
+    f.write(text + "\n")
+  with open(os.path.join(args.out, "crossover.json"), "w", encoding="utf-8") as f:
+    json.dump({"dims": dims, "chosen": {f"{s} {p}": b for (s, p), b in chosen.items()},
+               **arms}, f, indent=1)
+  print(text)
+
+
+if __name__ == "__main__":
+  main()
