@@ -10,6 +10,7 @@ are 0; a NaN scale (0xFF) gives NaN.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 import reference
 
 import jax_grouped_gemm as jgg
+from jax_grouped_gemm import mxfp8_gemm
 from reference import group_boundaries
 
 BLOCK = 32
@@ -95,9 +97,6 @@ def fused_and_dequantized(make_problem):
   """(fused, plain): the f32 results of make_problem(**options), an MXFP8GemmProblem that must
   choose "fused_few_rows", on that backend and on the dequantize backend at HIGHEST precision
   (the exact bf16 values' f32 products: where NaN and Inf must agree)."""
-  import jax
-  from jax_grouped_gemm import mxfp8_gemm
-
   problem = make_problem(preferred_element_type=jnp.float32)
   assert mxfp8_gemm.choose_backend(problem) == "fused_few_rows"
   fused = np.asarray(mxfp8_gemm.BACKENDS["fused_few_rows"](problem))

@@ -55,7 +55,9 @@ def timed(shapes, passes, out_dir, limit, args):
 
 
 def chosen_backends(shapes, passes):
-  """{(shape, pass): the backend the default limits choose}, from static facts only."""
+  """{(shape, pass): the backend the default limits choose}: static facts only, so the
+  operands are traced by shape (jax.eval_shape), never quantized."""
+  import jax
   import jax.numpy as jnp
 
   from tools.bench import jax_competitors
@@ -63,14 +65,17 @@ def chosen_backends(shapes, passes):
   chosen = {}
   for shape in shapes:
     m, k, n, g = shape.dims
-    tensors = {"x": jnp.zeros((m, k), jnp.bfloat16), "w": jnp.zeros((g, k, n), jnp.bfloat16),
-               "dy": jnp.zeros((m, n), jnp.bfloat16)}
+    tensors = {"x": jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
+               "w": jax.ShapeDtypeStruct((g, k, n), jnp.bfloat16),
+               "dy": jax.ShapeDtypeStruct((m, n), jnp.bfloat16)}
     group_sizes = jnp.asarray(shape.group_sizes())
     for pass_name in passes:
-      lhs, rhs = mxfp8_gemm_bench._quantized(tensors, group_sizes, pass_name)
-      problem = mxfp8_gemm.resolve_problem(lhs, rhs, group_sizes,
-                                           jax_competitors._dimension_numbers(pass_name))
-      chosen[shape.name, pass_name] = mxfp8_gemm.choose_backend(problem)
+      def choose(tensors, pass_name=pass_name, key=(shape.name, pass_name)):
+        lhs, rhs = mxfp8_gemm_bench._quantized(tensors, group_sizes, pass_name)
+        problem = mxfp8_gemm.resolve_problem(lhs, rhs, group_sizes,
+                                             jax_competitors._dimension_numbers(pass_name))
+        chosen[key] = mxfp8_gemm.choose_backend(problem)
+      jax.eval_shape(choose, tensors)
   return chosen
 
 
