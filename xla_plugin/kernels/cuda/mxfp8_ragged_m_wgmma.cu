@@ -67,21 +67,17 @@ __device__ inline bool AnyNonzeroCode(const uint4& codes) {
 
 // The factors of 16 codes of 16 columns with a scale each (the forward's weights: a row of 16
 // codes along N), from the 16 scale bytes: per word of 4 codes, two bf16x2 factor words and
-// a byte mask of the codes whose scale is outside FastScales' range (a nonzero one of those,
-// or any NaN scale, makes the step slow). A thread computes them once per K block and uses
-// them for each of its rows of that block.
+// a byte mask of the codes whose scale is outside FastScales' range (a nonzero one of those
+// makes the step slow). A thread computes them once per K block and uses them for each of its
+// rows of that block.
 template <Fp8Format kFormat>
 struct ColumnFactors {
   uint32_t factors[8];
   uint32_t outside[4];
-  bool nan_scale = false;
 
   __device__ explicit ColumnFactors(const uint4& scales) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      outside[i] = FastScales<kFormat>::Factors4(Word(scales, i), &factors[2 * i]);
-      nan_scale |= AnyNanScale(Word(scales, i));
-    }
+    for (int i = 0; i < 4; ++i) outside[i] = FastScales<kFormat>::Factors4(Word(scales, i), &factors[2 * i]);
   }
 };
 
@@ -96,14 +92,14 @@ __device__ inline void StoreHalves(const uint32_t (&out)[8], uint32_t lo) {
                "r"(out[6]), "r"(out[7]) : "memory");
 }
 
-// 16 codes sharing scale e -> 16 bf16 at lo. Returns whether the bf16 path cannot take them.
+// 16 codes sharing scale e -> 16 bf16 at lo. Returns whether the bf16 path cannot take them
+// (the NaN scale over zero codes aside: StepHasNanScale finds that once per step).
 template <Fp8Format kFormat>
 __device__ inline bool StoreUniform(const uint4& codes, uint32_t e, uint32_t lo) {
   using F = FastScales<kFormat>;
   const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
   const bool fast = F::InRange(e);
-  const bool slow = F::Exact::AnySpecial(words) ||
-                    (!fast && (e == mxfp8::kScaleNaN || AnyNonzeroCode(codes)));
+  const bool slow = F::Exact::AnySpecial(words) || (!fast && AnyNonzeroCode(codes));
   const uint32_t factor = F::Factor2(fast ? e : 127u);  // all-zero codes: any factor gives 0
   const uint32_t factors[2] = {factor, factor};
   uint32_t out[8];
@@ -113,7 +109,7 @@ __device__ inline bool StoreUniform(const uint4& codes, uint32_t e, uint32_t lo)
   return slow;
 }
 
-// 16 codes of 16 columns with the factors f -> 16 bf16 at lo.
+// 16 codes of 16 columns with the factors f -> 16 bf16 at lo (slow as StoreUniform).
 template <Fp8Format kFormat>
 __device__ inline bool StorePerCode(const uint4& codes, const ColumnFactors<kFormat>& f, uint32_t lo) {
   using F = FastScales<kFormat>;
@@ -125,7 +121,7 @@ __device__ inline bool StorePerCode(const uint4& codes, const ColumnFactors<kFor
     F::Exact::Convert(words[i], &f.factors[2 * i], &out[2 * i]);
   }
   StoreHalves(out, lo);
-  return F::Exact::AnySpecial(words) || (outside_codes & 0x7F7F7F7Fu) != 0 || f.nan_scale;
+  return F::Exact::AnySpecial(words) || (outside_codes & 0x7F7F7F7Fu) != 0;
 }
 
 // The wgmma operands: x tile (64 rows, K-major) and weight tile (128 columns; forward N-major
@@ -340,13 +336,33 @@ __device__ inline Runs LocateRuns(SA& sA, SB& sB) {
   return runs;
 }
 
+// Whether the step at k0 holds the NaN scale, which makes even its zero codes NaN (the runs'
+// checks pass zero codes under any other scale outside the range). Tested once per step, a
+// scale word per thread, not per run: issue slots bound the kernel (the per-run form cost it
+// 2-4%, PERFORMANCE.md, forty-fifth session). Scale bytes of rows or columns outside the
+// operands were zero-filled, so they never test true.
+template <bool kTransposed>
+__device__ inline bool StepHasNanScale(const RawStep& raw, int k0) {
+  const int t = threadIdx.x;
+  const uint32_t step_bytes = 0xFFFFu << (8 * ((k0 / 32) % 4));  // of a word of 4 MX blocks
+  bool nan = t < kTileM && AnyNanScale(raw.x_scales[t] & step_bytes);
+  const uint32_t* w_words = reinterpret_cast<const uint32_t*>(raw.w_scales);
+  if constexpr (kTransposed) {
+    nan |= AnyNanScale(w_words[t] & step_bytes);  // column t's word
+  } else {
+    static_assert(2 * kTileN / 4 == kTileM);  // the step's two scale rows: a word per thread t < 64
+    nan |= t < kTileM && AnyNanScale(w_words[t]);
+  }
+  return nan;
+}
+
 // Converts the step at k0 from `raw` into bf16 at `runs` (each thread the chunks it copied; x
 // rows whose results are not kept, not copied either, are skipped: their accumulators are never
 // read); returns whether any of this thread's values needs the exact path.
 template <bool kTransposed, Fp8Format kLhs, Fp8Format kRhs>
 __device__ inline bool StoreStep(const RawStep& raw, int k0, const Runs& runs, const Sources& src) {
   const int t = threadIdx.x;
-  bool slow = false;
+  bool slow = StepHasNanScale<kTransposed>(raw, k0);
 #pragma unroll
   for (int i = 0; i < kXRuns; ++i) {
     if ((src.inside >> (Sources::kXRun + i) & 1u) == 0) continue;
