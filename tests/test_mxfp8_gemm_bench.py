@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools.bench
 
 from tools.bench import mxfp8_gemm_bench  # noqa: E402
@@ -77,3 +79,17 @@ def test_backend_crossover_times_both_backends_and_restores_the_limits(tmp_path)
       "r16-zipf fwd": "fused_few_rows", "r16-zipf wgrad": "dequantize"}
   table = (tmp_path / "crossover.md").read_text()
   assert "| r16-zipf | wgrad |" in table and "| dequantize |" in table and "n/a" not in table
+
+
+def test_backend_crossover_times_only_the_arms_asked_for(tmp_path):
+  """--arms fused times the fused kernels alone (one kernel against another, by env var);
+  an unknown arm is refused by name."""
+  from tools.device import mxfp8_backend_crossover as crossover
+
+  crossover.main(["--out", str(tmp_path), "--passes", "fwd", "--dims", "64,48,4", "--rows", "4",
+                  "--arms", "fused", "--calls", "2", "--runs", "2", "--warmup-seconds", "0"])
+  saved = json.loads((tmp_path / "crossover.json").read_text())
+  assert "dequantize" not in saved and len(saved["fused"]) == 2
+  assert "| shape | pass | BF16 | fused | chosen |" in (tmp_path / "crossover.md").read_text()
+  with pytest.raises(SystemExit):
+    crossover.main(["--out", str(tmp_path), "--arms", "fused,bf16"])

@@ -7,10 +7,11 @@ then our BF16 GEMM). This times the passes at growing token counts, uniform and 
 routing, once on each backend (forced by setting that limit out of reach or to 0 while the
 arm is traced), each against our BF16 GEMM, through tools.bench.mxfp8_gemm_bench.run (its
 JSON and tables land in OUT/fused and OUT/dequantize), and names the backend the default
-limits choose. Run on the device:
+limits choose. With --arms fused and JGG_MXFP8_RAGGED_M_KERNEL=mma or =wgmma, it times one
+fused kernel of the forward and dgrad against the other. Run on the device:
 
   PYTHONPATH=python:tests:. python3 tools/device/mxfp8_backend_crossover.py --out OUT \\
-      [--passes wgrad] [--rows 8,16,32,64,128] [--dims 4096,1536,64]
+      [--passes wgrad] [--rows 8,16,32,64,128] [--dims 4096,1536,64] [--arms fused]
 """
 
 import argparse
@@ -23,7 +24,7 @@ from tools.bench import mxfp8_gemm_bench
 from tools.bench import shapes as shapes_lib
 
 LIMITS = ("FUSED_MAX_ROWS_PER_GROUP", "FUSED_WGRAD_MAX_ROWS_PER_GROUP")
-ARMS = {"fused": 1 << 30, "dequantize": 0}  # the limits each arm sets
+ARMS = {"dequantize": 0, "fused": 1 << 30}  # the limits each arm sets
 
 
 def crossover_shapes(dims, rows_per_group):
@@ -80,19 +81,23 @@ def chosen_backends(shapes, passes):
 
 
 def table(dims, arms, chosen):
-  """Markdown: per shape and pass, BF16 ms, each arm's ms and speedup, the default's pick."""
+  """Markdown: per shape and pass, BF16 ms (the first arm's run), each arm's ms and speedup,
+  the default's pick."""
+  names = list(arms)
   lines = [f"K, N, G = {', '.join(map(str, dims))}; ms (speedup over our BF16 GEMM in the "
-           "same arm's run)", "", "| shape | pass | BF16 | dequantize | fused | chosen |",
-           "|---|---|---|---|---|---|"]
+           "same arm's run)", "", f"| shape | pass | BF16 | {' | '.join(names)} | chosen |",
+           "|---|---|---|" + "---|" * len(names) + "---|"]
 
   def cell(r):
     if "error" in r:
       return f"n/a: {r['error']}"
     return f"{r['mxfp8']['seconds'] * 1e3:.3f} ({r['speedup']:.2f}x)"
-  for d, f in zip(arms["dequantize"], arms["fused"]):
-    bf16 = f"{d['bf16']['seconds'] * 1e3:.3f}" if "bf16" in d else "n/a"
-    lines.append(f"| {d['shape']} | {d['pass_name']} | {bf16} | {cell(d)} | {cell(f)} | "
-                 f"{chosen[d['shape'], d['pass_name']]} |")
+  for records in zip(*arms.values()):
+    first = records[0]
+    bf16 = f"{first['bf16']['seconds'] * 1e3:.3f}" if "bf16" in first else "n/a"
+    cells = " | ".join(cell(r) for r in records)
+    lines.append(f"| {first['shape']} | {first['pass_name']} | {bf16} | {cells} | "
+                 f"{chosen[first['shape'], first['pass_name']]} |")
   return "\n".join(lines)
 
 
@@ -103,6 +108,7 @@ def main(argv=None):
   parser.add_argument("--passes", default="wgrad", help="of fwd, dgrad, wgrad")
   parser.add_argument("--rows", default="8,16,32,64,128", help="average rows per group")
   parser.add_argument("--dims", default="4096,1536,64", help="K,N,G (the decode anchor's)")
+  parser.add_argument("--arms", default=",".join(ARMS), help="of " + ", ".join(ARMS))
   parser.add_argument("--calls", type=int, default=10)
   parser.add_argument("--runs", type=int, default=20)
   parser.add_argument("--warmup-seconds", type=float, default=1.5)
@@ -114,10 +120,13 @@ def main(argv=None):
   unknown = [p for p in passes if p not in shapes_lib.PASSES]
   if unknown:
     parser.error(f"--passes: unknown {unknown}; known: {', '.join(shapes_lib.PASSES)}")
+  arm_names = [a for a in args.arms.split(",") if a]
+  if not arm_names or any(a not in ARMS for a in arm_names):
+    parser.error(f"--arms: expected some of {', '.join(ARMS)}, got {args.arms!r}")
   shapes = crossover_shapes(dims, [int(r) for r in args.rows.split(",")])
   chosen = chosen_backends(shapes, passes)
-  arms = {arm: timed(shapes, passes, os.path.join(args.out, arm), limit, args)
-          for arm, limit in ARMS.items()}
+  arms = {arm: timed(shapes, passes, os.path.join(args.out, arm), ARMS[arm], args)
+          for arm in arm_names}
   text = table(dims, arms, chosen)
   with open(os.path.join(args.out, "crossover.md"), "w", encoding="utf-8") as f:
     f.write(text + "\n")
