@@ -38,10 +38,10 @@ dimension numbers, result dtype) from static facts only:
   * "fused_few_rows": the forward and dgrad of groups averaging at most
     FUSED_MAX_ROWS_PER_GROUP rows (decode, small experts), where the GEMM is a
     stream of the weights. One custom call (MXFP8_RAGGED_M_TARGET, attribute
-    rhs_transposed for dgrad's W read rowwise in place): on CUDA, up to 8 rows
+    rhs_transposed for dgrad's W read rowwise in place): on CUDA, up to 16 rows
     per group on average, a kernel that reads the fp8 weights and their scales
-    once per 8 group rows and multiplies their codes on tensor cores, each
-    32-block's sum scaled once; above that on Hopper (K a multiple of 32, N of
+    once per pass of up to 16 group rows (dgrad 32) and multiplies their codes on
+    tensor cores, each 32-block's sum scaled once; above that on Hopper (K a multiple of 32, N of
     16), a wgmma kernel that dequantizes 64-row tiles on load into bf16 in
     shared memory (exact for scales in its range, element by element otherwise);
     no bf16 copy in HBM either way. On the CPU the portable reference. It takes x (dy) rowwise
@@ -167,7 +167,7 @@ def _dequantize_backend(problem: MXFP8GemmProblem) -> jax.Array:
       preferred_element_type=problem.out_dtype, group_offset=problem.group_offset)
 
 
-# Groups averaging at most this many rows take the fused kernels (on Hopper: up to 8 the mma
+# Groups averaging at most this many rows take the fused kernels (on Hopper: up to 16 the mma
 # kernel on the fp8 codes, above that the wgmma kernel dequantizing on load). Measured on an
 # H100 (PERFORMANCE.md, twelfth session, decode dims): at 128 rows per group both GEMMs beat
 # the dequantize backend (forward 0.73 against 0.88 ms, dgrad 0.68 against 0.87), at 256

@@ -651,11 +651,14 @@ struct MmaKernel {
 bool Aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
 // Groups averaging more rows than this take the wgmma kernel where it fits: it reads each
-// weight once per 64 rows, this kernel once per 8 (or 32 for dgrad) but with less padding.
-// H100, decode dims (PERFORMANCE.md, thirteenth session): at 12 rows per group the wgmma
-// kernel ran 1.32x / 1.28x BF16 (forward / dgrad) against this kernel's 1.25x / 1.19x, at 16
-// 1.29x / 1.25x against 1.02x / 1.01x; at 8 this kernel's 1.55x / 1.43x wins.
-constexpr int64_t kWgmmaMinRowsPerGroup = 8;
+// weight once per 64 rows, this kernel once per pass (16 rows in the forward, 32 in dgrad)
+// with less padding and no conversion to bf16. H200, decode dims (PERFORMANCE.md,
+// forty-sixth session), forward / dgrad against BF16, this kernel then the wgmma one: 12 rows
+// per group 1.21x / 1.13x against 0.98x / 0.96x (Zipf routing 1.11x / 1.01x against 0.90x /
+// 0.93x), 16 rows 0.98x / 0.95x against 0.95x / 0.95x (Zipf 0.95x / 0.89x against 0.79x /
+// 0.90x), 24 rows 0.73x / 0.72x against 0.92x / 0.93x. (The H100 crossover, 12 rows in the
+// thirteenth session, predates this kernel's passes of 2 row tiles.)
+constexpr int64_t kWgmmaMinRowsPerGroup = 16;
 
 // JGG_MXFP8_RAGGED_M_KERNEL=mma or =wgmma forces one kernel where it fits (measurements).
 const char* ForcedKernel() {
