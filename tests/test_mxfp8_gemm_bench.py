@@ -93,3 +93,18 @@ def test_backend_crossover_times_only_the_arms_asked_for(tmp_path):
   assert "| shape | pass | BF16 | fused | chosen |" in (tmp_path / "crossover.md").read_text()
   with pytest.raises(SystemExit):
     crossover.main(["--out", str(tmp_path), "--arms", "fused,bf16"])
+
+
+def test_bf16_tile_crossover_times_every_shape_and_pass(tmp_path):
+  """tools/device/bf16_tile_crossover.py: a row per routing, rows-per-group average and pass,
+  with its time, in both outputs."""
+  from tools.device import bf16_tile_crossover
+
+  bf16_tile_crossover.main(["--out", str(tmp_path), "--dims", "64,48,4", "--rows", "4,16",
+                            "--calls", "2", "--runs", "2", "--warmup-seconds", "0"])
+  saved = json.loads((tmp_path / "bf16_tile_crossover.json").read_text())
+  assert [(r["shape"], r["pass_name"]) for r in saved["records"]] == [
+      (f"r{rows}-{routing}", p) for rows in (4, 16) for routing in ("uniform", "zipf")
+      for p in ("fwd", "dgrad")]
+  assert all(r["ms"] > 0 for r in saved["records"])
+  assert "| r16-zipf | dgrad |" in (tmp_path / "bf16_tile_crossover.md").read_text()

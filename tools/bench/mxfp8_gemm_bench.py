@@ -114,23 +114,35 @@ def _check_rel_err(pass_name, lhs, rhs, group_sizes, out) -> float:
   return float(rel_err(lhs, rhs, group_sizes, out))
 
 
+def loop_timer(calls: int, runs: int, warmup_seconds: float) -> jax_loop.LoopTimer:
+  """A LoopTimer of `runs` timed runs of `calls` calls each, after `warmup_seconds`."""
+  plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=calls, runs=runs, min_runs=runs,
+                 run_budget_s=float("inf"), warmup_seconds=warmup_seconds)
+  return jax_loop.LoopTimer(plan)
+
+
+def shapes_with_operands(shapes):
+  """(shape, {"x", "w", "dy"}: random bf16 tensors, its group sizes) per shape; routing
+  variants of the same dims share the tensors, and one dims' tensors live at a time."""
+  import jax.numpy as jnp
+
+  operands_of = {}
+  for shape in shapes:
+    if shape.dims not in operands_of:
+      operands_of.clear()
+      operands_of[shape.dims] = jax_competitors._random_operands(shape.dims)
+    yield shape, operands_of[shape.dims], jnp.asarray(shape.group_sizes())
+
+
 def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print,
         warmup_seconds: float = 0.0) -> dict:
   import jax
-  import jax.numpy as jnp
 
-  plan = wp.Plan(shapes=[], passes=[], competitors=[], calls=calls, runs=runs, min_runs=runs,
-                 run_budget_s=float("inf"), warmup_seconds=warmup_seconds)
-  timer = jax_loop.LoopTimer(plan)
+  timer = loop_timer(calls, runs, warmup_seconds)
   device = jax.devices()[0]
   log(PATH_NOTE)
-  records, operands_of = [], {}
-  for shape in shapes:
-    if shape.dims not in operands_of:  # routing variants share x, w, dy
-      operands_of.clear()
-      operands_of[shape.dims] = jax_competitors._random_operands(shape.dims)
-    tensors = operands_of[shape.dims]
-    group_sizes = jnp.asarray(shape.group_sizes())
+  records = []
+  for shape, tensors, group_sizes in shapes_with_operands(shapes):
     for pass_name in passes:
       record = dict(shape=shape.name, dims=list(shape.dims), routing=shape.routing,
                     bound=shape.bound, pass_name=pass_name,
@@ -162,7 +174,6 @@ def run(shapes, passes, out_dir: str, calls: int, runs: int, log=print,
       log(f"{shape.name:>18} {pass_name:>5} [{record['backend']}]: BF16 "
           f"{bf16['seconds'] * 1e3:8.3f} ms  MXFP8 {mxfp8['seconds'] * 1e3:8.3f} ms  {speedup:5.2f}x (target "
           f"{record['target_speedup']:.1f}x)  check {check:.1e}")
-  operands_of.clear()
   result = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
             "note": PATH_NOTE, "calls": calls, "runs": runs, "warmup_seconds": warmup_seconds,
             "records": records}

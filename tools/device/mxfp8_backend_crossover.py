@@ -101,18 +101,23 @@ def table(dims, arms, chosen):
   return "\n".join(lines)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__,
+def crossover_parser(description, passes, rows):
+  """The options of a crossover by rows per group (this tool's and bf16_tile_crossover's):
+  --out, --passes, --rows, --dims and the timing's."""
+  parser = argparse.ArgumentParser(description=description,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--out", required=True)
-  parser.add_argument("--passes", default="wgrad", help="of fwd, dgrad, wgrad")
-  parser.add_argument("--rows", default="8,16,32,64,128", help="average rows per group")
+  parser.add_argument("--passes", default=passes, help="of fwd, dgrad, wgrad")
+  parser.add_argument("--rows", default=rows, help="average rows per group")
   parser.add_argument("--dims", default="4096,1536,64", help="K,N,G (the decode anchor's)")
-  parser.add_argument("--arms", default=",".join(ARMS), help="of " + ", ".join(ARMS))
   parser.add_argument("--calls", type=int, default=10)
   parser.add_argument("--runs", type=int, default=20)
   parser.add_argument("--warmup-seconds", type=float, default=1.5)
-  args = parser.parse_args(argv)
+  return parser
+
+
+def crossover_problem(parser, args):
+  """(dims, passes, shapes) from crossover_parser's options; a bad one is named."""
   dims = tuple(int(d) for d in args.dims.split(","))
   if len(dims) != 3:
     parser.error(f"--dims: expected K,N,G, got {args.dims!r}")
@@ -120,10 +125,17 @@ def main(argv=None):
   unknown = [p for p in passes if p not in shapes_lib.PASSES]
   if unknown:
     parser.error(f"--passes: unknown {unknown}; known: {', '.join(shapes_lib.PASSES)}")
+  return dims, passes, crossover_shapes(dims, [int(r) for r in args.rows.split(",")])
+
+
+def main(argv=None):
+  parser = crossover_parser(__doc__, passes="wgrad", rows="8,16,32,64,128")
+  parser.add_argument("--arms", default=",".join(ARMS), help="of " + ", ".join(ARMS))
+  args = parser.parse_args(argv)
+  dims, passes, shapes = crossover_problem(parser, args)
   arm_names = [a for a in args.arms.split(",") if a]
   if not arm_names or any(a not in ARMS for a in arm_names):
     parser.error(f"--arms: expected some of {', '.join(ARMS)}, got {args.arms!r}")
-  shapes = crossover_shapes(dims, [int(r) for r in args.rows.split(",")])
   chosen = chosen_backends(shapes, passes)
   arms = {arm: timed(shapes, passes, os.path.join(args.out, arm), ARMS[arm], args)
           for arm in arm_names}

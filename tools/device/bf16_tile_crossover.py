@@ -1,0 +1,55 @@
+"""Our BF16 grouped GEMM's forward and dgrad by average rows per group, to place the tile cut-off.
+
+ragged_dot_cuda.cu gives groups averaging at most 128 rows the 64x128 ping-pong tile and
+larger ones the 128x256 cooperative tile; JGG_SM90_SMALL_M_ROWS=r moves that 128 (read once
+per process, 0: never the ping-pong tile). Run this once per setting and compare:
+
+  JGG_SM90_SMALL_M_ROWS=0 PYTHONPATH=python:tests:. python3 tools/device/bf16_tile_crossover.py \\
+      --out OUT [--rows 64,128,192,256] [--dims 4096,1536,64] [--passes fwd,dgrad]
+
+Times jgg.ragged_dot_general with tools.bench.jax_loop.LoopTimer (as mxfp8_gemm_bench times
+its BF16 side), uniform and Zipf routing; writes OUT/bf16_tile_crossover.{json,md}.
+"""
+
+import json
+import os
+
+from tools.bench import mxfp8_gemm_bench
+from tools.device.mxfp8_backend_crossover import crossover_parser, crossover_problem
+
+
+def time_shapes(shapes, passes, args):
+  """[{shape, pass_name, dims, ms, tflops}] of our BF16 GEMM on each shape and pass."""
+  timer = mxfp8_gemm_bench.loop_timer(args.calls, args.runs, args.warmup_seconds)
+  records = []
+  for shape, tensors, group_sizes in mxfp8_gemm_bench.shapes_with_operands(shapes):
+    for pass_name in passes:
+      lhs_name, _, rhs_name, _ = mxfp8_gemm_bench.ORIENTATIONS[pass_name]
+      timed = timer(mxfp8_gemm_bench._bf16_fn(pass_name),
+                    (tensors[lhs_name], tensors[rhs_name], group_sizes))
+      records.append(dict(shape=shape.name, pass_name=pass_name, dims=list(shape.dims),
+                          ms=timed["seconds"] * 1e3,
+                          tflops=shape.flops() / timed["seconds"] / 1e12))
+  return records
+
+
+def main(argv=None):
+  parser = crossover_parser(__doc__, passes="fwd,dgrad", rows="16,32,48,64,96,128,192,256,384")
+  args = parser.parse_args(argv)
+  dims, passes, shapes = crossover_problem(parser, args)
+  records = time_shapes(shapes, passes, args)
+  setting = os.environ.get("JGG_SM90_SMALL_M_ROWS", "unset (128)")
+  lines = [f"K, N, G = {', '.join(map(str, dims))}; JGG_SM90_SMALL_M_ROWS={setting}", "",
+           "| shape | pass | ms | TFLOP/s |", "|---|---|---|---|"]
+  lines += [f"| {r['shape']} | {r['pass_name']} | {r['ms']:.3f} | {r['tflops']:.0f} |"
+            for r in records]
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "bf16_tile_crossover.md"), "w", encoding="utf-8") as f:
+    f.write("\n".join(lines) + "\n")
+  with open(os.path.join(args.out, "bf16_tile_crossover.json"), "w", encoding="utf-8") as f:
+    json.dump({"dims": dims, "small_m_rows": setting, "records": records}, f, indent=1)
+  print("\n".join(lines))
+
+
+if __name__ == "__main__":
+  main()
