@@ -40,9 +40,9 @@ dimension numbers, result dtype) from static facts only:
     stream of the weights. One custom call (MXFP8_RAGGED_M_TARGET, attribute
     rhs_transposed for dgrad's W read rowwise in place): on CUDA, up to 16 rows
     per group on average, a kernel that reads the fp8 weights and their scales
-    once per pass of up to 16 group rows (dgrad 32) and multiplies their codes on
-    tensor cores, each 32-block's sum scaled once; above that on Hopper (K a multiple of 32, N of
-    16), a wgmma kernel that dequantizes 64-row tiles on load into bf16 in
+    once per pass of up to 16 group rows (dgrad 32) and multiplies their codes
+    on tensor cores, each 32-block's sum scaled once; above that on Hopper (K a
+    multiple of 32, N of 16), a wgmma kernel that dequantizes 64-row tiles on load into bf16 in
     shared memory (exact for scales in its range, element by element otherwise);
     no bf16 copy in HBM either way. On the CPU the portable reference. It takes x (dy) rowwise
     ("dense" or "varying_first", grouped by any sizes) and w a "same_dims"
