@@ -70,6 +70,8 @@ _PATH_CASES = {
     # At least 2048 rows per group on average (the wide-epilogue tile): an empty group, tails
     # of 104, 52 and 5 rows, sum < M.
     "long_groups_wide_epilogue": (8448, 64, 256, [4200, 0, 2100, 1029]),
+    # 80 rows per group on average: past the ping-pong tile's 64, in the cooperative tile.
+    "tens_of_rows_per_group_cooperative_tile": (400, 64, 192, [90, 0, 110, 75, 70]),
     "few_rows_per_group_small_tile": (96, 64, 128, [5, 0, 30, 1, 20, 40]),
     "very_few_rows_per_group": (40, 32, 64, [3, 0, 8, 1, 6, 2, 9, 4, 0, 7]),
     "sum_below_rows": (512, 128, 64, [100, 0, 37]),
@@ -96,7 +98,7 @@ def test_every_cuda_path_forward_dgrad_wgrad(case):
 
 
 @requires_gpu
-@pytest.mark.parametrize("rows", [1024, 200], ids=["large_tile", "small_tile"])
+@pytest.mark.parametrize("rows", [1024, 100], ids=["large_tile", "small_tile"])
 @pytest.mark.parametrize("shard", [0, 1, 2])
 def test_tensor_core_local_window_zeroes_the_other_rows_of_a_donated_buffer(rows, shard):
   # The output takes the donated lhs's buffer (K == N), so it starts full of lhs values:

@@ -1,7 +1,7 @@
 """Our BF16 grouped GEMM's forward and dgrad by average rows per group, to place the tile cut-off.
 
-ragged_dot_cuda.cu gives groups averaging at most 128 rows the 64x128 ping-pong tile and
-larger ones the 128x256 cooperative tile; JGG_SM90_SMALL_M_ROWS=r moves that 128 (read once
+ragged_dot_cuda.cu gives groups averaging at most 64 rows the 64x128 ping-pong tile and
+larger ones the 128x256 cooperative tile; JGG_SM90_SMALL_M_ROWS=r moves that 64 (read once
 per process, 0: never the ping-pong tile). Run this once per setting and compare:
 
   JGG_SM90_SMALL_M_ROWS=0 PYTHONPATH=python:tests:. python3 tools/device/bf16_tile_crossover.py \\
@@ -38,7 +38,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   dims, passes, shapes = crossover_problem(parser, args)
   records = time_shapes(shapes, passes, args)
-  setting = os.environ.get("JGG_SM90_SMALL_M_ROWS", "unset (128)")
+  setting = os.environ.get("JGG_SM90_SMALL_M_ROWS", "unset (64)")
   lines = [f"K, N, G = {', '.join(map(str, dims))}; JGG_SM90_SMALL_M_ROWS={setting}", "",
            "| shape | pass | ms | TFLOP/s |", "|---|---|---|---|"]
   lines += [f"| {r['shape']} | {r['pass_name']} | {r['ms']:.3f} | {r['tflops']:.0f} |"

@@ -77,16 +77,18 @@ int WgradStreamedRows() {
   return rows;
 }
 
-// Tile choice by static shape: groups averaging at most 128 rows leave most of
-// a 128-row tile empty and are bound by streaming weights, so they take the
-// 64-row ping-pong tile; larger groups the 128x256 cooperative one, with wider
-// epilogue subtiles from 2048 rows per group on (grouped_gemm_sm90.cuh says why).
-// JGG_SM90_SMALL_M_ROWS overrides the 128 for tuning runs (0: never the ping-pong tile).
+// Tile choice by static shape: groups averaging at most 64 rows leave most of a
+// 128-row tile empty and are bound by streaming weights, so they take the 64-row
+// ping-pong tile; larger groups the 128x256 cooperative one, with wider epilogue
+// subtiles from 2048 rows per group on (grouped_gemm_sm90.cuh says why). On an
+// H200 the two tie at 64 rows per group and the cooperative tile is 4-14% faster
+// from 96 (docs/PERFORMANCE.md). JGG_SM90_SMALL_M_ROWS overrides the 64 for
+// tuning runs (0: never the ping-pong tile).
 bool FewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
   static const int64_t threshold = [] {
     const char* value = std::getenv("JGG_SM90_SMALL_M_ROWS");
     const int64_t parsed = value == nullptr ? -1 : std::atoll(value);
-    return parsed >= 0 ? parsed : int64_t{128};
+    return parsed >= 0 ? parsed : int64_t{64};
   }();
   return rows <= threshold * num_local_groups;
 }
