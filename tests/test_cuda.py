@@ -3,6 +3,9 @@
 (The value tests in the other modules run on the GPU too when one is present.)
 """
 
+import os
+import subprocess
+import sys
 import textwrap
 
 import jax
@@ -95,6 +98,34 @@ def test_every_cuda_path_forward_dgrad_wgrad(case):
   expected_dw = reference.ragged_k(f32(x), f32(ct), sizes, len(sizes))
   assert reference.relative_error(dw, expected_dw) < 1e-2
   assert np.all(np.asarray(dw)[[i for i, s in enumerate(sizes) if s == 0]] == 0)
+
+
+# The tuning overrides of the BF16 GEMM (ragged_dot_cuda.cu, sm90/grouped_gemm_sm90.cuh): each
+# set sends every path case's forward and dgrad to one tile or schedule (with
+# JGG_WGRAD_STREAMED_ROWS=0, every non-empty wgrad group to the tensor cores), so that the
+# numbers of a tuning run come from correct results.
+_TUNING_OVERRIDES = {
+    "pingpong_tile_everywhere": {"JGG_SM90_SMALL_M_ROWS": "1000000",
+                                 "JGG_WGRAD_STREAMED_ROWS": "0"},
+    "cooperative_tile_everywhere": {"JGG_SM90_SMALL_M_ROWS": "0"},
+    "wide_epilogue_everywhere": {"JGG_SM90_SMALL_M_ROWS": "0", "JGG_SM90_WIDE_EPILOGUE_ROWS": "0"},
+    "raster_along_n": {"JGG_SM90_RASTER": "n"},
+    "no_tail_split_no_pdl": {"JGG_SM90_TAIL_SPLIT": "0", "JGG_SM90_PDL": "0"},
+}
+
+
+@requires_gpu
+@pytest.mark.parametrize("overrides", _TUNING_OVERRIDES)
+def test_every_cuda_path_under_each_tuning_override(overrides):
+  # A fresh process: the overrides are read once per process.
+  env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", **_TUNING_OVERRIDES[overrides])
+  tests = os.path.dirname(os.path.abspath(__file__))
+  result = subprocess.run(
+      [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+       f"{tests}/test_cuda.py::test_every_cuda_path_forward_dgrad_wgrad"],
+      cwd=os.path.dirname(tests), env=env, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+  assert f"{len(_PATH_CASES)} passed" in result.stdout, result.stdout[-2000:]
 
 
 @requires_gpu

@@ -5,6 +5,7 @@
 // captured command buffer.
 #include "xla_plugin/kernels/cuda/ragged_dot_cuda.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -65,15 +66,23 @@ cudaError_t DispatchTensorCoreTypes(ElementType in, ElementType out, Run&& run) 
               : run(TypeTag<ElementType::kF16>{}, TypeTag<ElementType::kF16>{});
 }
 
+// A rows-per-group threshold overridden from the environment for tuning runs:
+// `fallback` where `name` is unset, not a number or negative. Callers keep the
+// result in a static (read once per process).
+int64_t RowsOverride(const char* name, int64_t fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return fallback;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(value, &end, 10);
+  return end == value || parsed < 0 ? fallback : parsed;
+}
+
 // Wgrad groups of at most this many rows are streamed (ragged_k_streamed.h), the
 // others go to the tensor cores. JGG_WGRAD_STREAMED_ROWS=0..8 overrides it for tuning
 // (0: only empty groups are streamed).
 int WgradStreamedRows() {
-  static const int rows = [] {
-    const char* value = std::getenv("JGG_WGRAD_STREAMED_ROWS");
-    const int parsed = value == nullptr ? kStreamedMaxRows : std::atoi(value);
-    return parsed < 0 || parsed > kStreamedMaxRows ? kStreamedMaxRows : parsed;
-  }();
+  static const int rows = static_cast<int>(std::min<int64_t>(
+      RowsOverride("JGG_WGRAD_STREAMED_ROWS", kStreamedMaxRows), kStreamedMaxRows));
   return rows;
 }
 
@@ -85,20 +94,12 @@ int WgradStreamedRows() {
 // from 96 (docs/PERFORMANCE.md). JGG_SM90_SMALL_M_ROWS overrides the 64 for
 // tuning runs (0: never the ping-pong tile).
 bool FewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
-  static const int64_t threshold = [] {
-    const char* value = std::getenv("JGG_SM90_SMALL_M_ROWS");
-    const int64_t parsed = value == nullptr ? -1 : std::atoll(value);
-    return parsed >= 0 ? parsed : int64_t{64};
-  }();
+  static const int64_t threshold = RowsOverride("JGG_SM90_SMALL_M_ROWS", 64);
   return rows <= threshold * num_local_groups;
 }
-// JGG_SM90_WIDE_EPILOGUE_ROWS overrides the 2048 for tuning runs; read once per process.
+// JGG_SM90_WIDE_EPILOGUE_ROWS overrides the 2048 for tuning runs (0: always).
 bool ManyRowsPerGroup(int64_t rows, int64_t num_local_groups) {
-  static const int64_t threshold = [] {
-    const char* value = std::getenv("JGG_SM90_WIDE_EPILOGUE_ROWS");
-    const int64_t parsed = value == nullptr ? 0 : std::atoll(value);
-    return parsed > 0 ? parsed : int64_t{2048};
-  }();
+  static const int64_t threshold = RowsOverride("JGG_SM90_WIDE_EPILOGUE_ROWS", 2048);
   return rows >= threshold * num_local_groups;
 }
 
