@@ -173,8 +173,8 @@ def _dequantize_backend(problem: MXFP8GemmProblem) -> jax.Array:
 # the dequantize backend (forward 0.73 against 0.88 ms, dgrad 0.68 against 0.87), at 256
 # neither does (1.26 against 0.97); larger groups run the dequantize backend's BF16 tensor
 # cores. H200 (PERFORMANCE.md, forty-sixth session, tools/device/mxfp8_backend_crossover.py):
-# at 16-128 rows the wgmma kernel takes 0.40-0.86x the dequantize backend's time, so one limit
-# serves both chips.
+# at 16-128 rows the wgmma kernel takes 0.40-0.93x the dequantize backend's time, the two tie
+# at 160 and the backend wins from 192 (forty-seventh session), so one limit serves both chips.
 FUSED_MAX_ROWS_PER_GROUP = 128
 # The fused wgrad does rows_g multiply-adds per element of the [G, K, N] result, on the CUDA
 # cores for most groups (an H100 does about 10 per byte it can write to HBM), so at 8 rows
