@@ -2,6 +2,7 @@
 from the GPU run (`PYTHONPATH=python python3 -m tools.bench.mxfp8_gemm_bench --out DIR`)."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -108,3 +109,22 @@ def test_bf16_tile_crossover_times_every_shape_and_pass(tmp_path):
       for p in ("fwd", "dgrad")]
   assert all(r["ms"] > 0 for r in saved["records"])
   assert "| r16-zipf | dgrad |" in (tmp_path / "bf16_tile_crossover.md").read_text()
+
+
+def test_bf16_tile_crossover_compares_settings_in_fresh_processes(tmp_path):
+  """--settings: one child per JGG_SM90_SMALL_M_ROWS value, each saving its own run under that
+  setting, and a table of every shape and pass with each setting's time over the first's."""
+  from tools.device import bf16_tile_crossover
+
+  bf16_tile_crossover.main(["--out", str(tmp_path), "--dims", "64,48,4", "--rows", "8",
+                            "--passes", "fwd", "--calls", "2", "--runs", "2",
+                            "--warmup-seconds", "0", "--settings", "0,1000000"])
+  for setting in ("0", "1000000"):
+    saved = json.loads((tmp_path / f"setting_{setting}" / "bf16_tile_crossover.json").read_text())
+    assert saved["small_m_rows"] == setting
+    assert [r["shape"] for r in saved["records"]] == ["r8-uniform", "r8-zipf"]
+  table = (tmp_path / "bf16_tile_crossover_compare.md").read_text().splitlines()
+  assert "| shape | pass | 0 | 1000000 |" in table
+  rows = [line for line in table if line.startswith("| r8-")]
+  assert [r.split(" | ")[:2] for r in rows] == [["| r8-uniform", "fwd"], ["| r8-zipf", "fwd"]]
+  assert all(re.search(r"\| \d+\.\d{3} \| \d+\.\d{3} \(\d+\.\d\d\) \|$", r) for r in rows), rows
