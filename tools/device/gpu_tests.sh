@@ -7,9 +7,10 @@
 #   JOBS=n    runs every test file as its own pytest process, n at a time, the slowest known
 #             files first, then the others largest first (the GPU tests are mostly compilation
 #             on the host's cores; GPU memory is allocated on demand); logs in $OUT/files/,
-#             fails if any file fails. On an H200 (2026-11-29) the slowest files took 90-125 s
-#             each with six running at once; JOBS=n parts of whole test-file lists (before)
-#             left one part holding test_cuda, test_flax and test_mxfp8_cuda past 340 s.
+#             fails if any file fails, and ends with the suite's counts summed ("total: ...").
+#             On an H200 (2026-11-29) the slowest files took 90-125 s each with six running at
+#             once; JOBS=n parts of whole test-file lists (before) left one part holding
+#             test_cuda, test_flax and test_mxfp8_cuda past 340 s.
 #             JOBS=8 ran the whole suite in 273 s on an H200 (2026-11-30), test_mxfp8_emulated
 #             (251 s, started late) last; the list of slowest files below is that run's.
 set -uo pipefail
@@ -42,6 +43,12 @@ if [[ -n "${JOBS:-}" ]]; then
     running=$((running + 1))
   done
   while (( running > 0 )); do wait -n || status=1; running=$((running - 1)); done
+  # The whole suite in one line: every file's pytest summary, summed.
+  tail -qn 1 "$out"/files/*.log | grep -oE '[0-9]+ (passed|failed|errors?|skipped|xfailed|xpassed)' |
+    awk '{n[$2] += $1}
+         END {split("passed failed error errors skipped xfailed xpassed", order, " "); s = ""
+              for (i = 1; i <= 7; i++) if (order[i] in n) s = s (s ? ", " : "") n[order[i]] " " order[i]
+              print "total: " s}'
   exit "$status"
 fi
 
