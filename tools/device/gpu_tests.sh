@@ -45,9 +45,9 @@ if [[ -n "${JOBS:-}" ]]; then
   while (( running > 0 )); do wait -n || status=1; running=$((running - 1)); done
   # The whole suite in one line: every file's pytest summary, summed.
   tail -qn 1 "$out"/files/*.log | grep -oE '[0-9]+ (passed|failed|errors?|skipped|xfailed|xpassed)' |
-    awk '{n[$2] += $1}
-         END {split("passed failed error errors skipped xfailed xpassed", order, " "); s = ""
-              for (i = 1; i <= 7; i++) if (order[i] in n) s = s (s ? ", " : "") n[order[i]] " " order[i]
+    awk '{n[$2 == "errors" ? "error" : $2] += $1}
+         END {split("passed failed error skipped xfailed xpassed", order, " "); s = ""
+              for (i = 1; i <= 6; i++) if (order[i] in n) s = s (s ? ", " : "") n[order[i]] " " order[i]
               print "total: " s}'
   exit "$status"
 fi
