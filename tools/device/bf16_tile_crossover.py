@@ -67,26 +67,21 @@ def run_settings(settings, argv, out):
   return runs
 
 
-def main(argv=None):
-  parser = crossover_parser(__doc__, passes="fwd,dgrad", rows="16,32,48,64,96,128,192,256,384")
-  parser.add_argument("--settings", default="",
-                      help="JGG_SM90_SMALL_M_ROWS values, one fresh process each")
-  args = parser.parse_args(argv)
-  dims, passes, shapes = crossover_problem(parser, args)
-  if args.settings:
-    settings = [v for v in args.settings.split(",") if v]
-    if not all(v.isdigit() for v in settings):
-      parser.error(f"--settings: expected non-negative integers, got {args.settings!r}")
-    # The options but --out and --settings, for each setting's run.
-    forwarded = ["--dims", args.dims, "--rows", args.rows, "--passes", args.passes,
-                 "--calls", str(args.calls), "--runs", str(args.runs),
-                 "--warmup-seconds", str(args.warmup_seconds)]
-    text = compare_table(settings, run_settings(settings, forwarded, args.out))
-    with open(os.path.join(args.out, "bf16_tile_crossover_compare.md"), "w",
-              encoding="utf-8") as f:
-      f.write(text + "\n")
-    print(text)
-    return
+def compare_settings(args):
+  """--settings: each setting's run in a fresh process, then their side-by-side table."""
+  settings = [v for v in args.settings.split(",") if v]
+  # The options but --out and --settings, for each setting's run.
+  forwarded = ["--dims", args.dims, "--rows", args.rows, "--passes", args.passes,
+               "--calls", str(args.calls), "--runs", str(args.runs),
+               "--warmup-seconds", str(args.warmup_seconds)]
+  text = compare_table(settings, run_settings(settings, forwarded, args.out))
+  with open(os.path.join(args.out, "bf16_tile_crossover_compare.md"), "w", encoding="utf-8") as f:
+    f.write(text + "\n")
+  print(text)
+
+
+def time_this_setting(args, dims, passes, shapes):
+  """One run under this process's JGG_SM90_SMALL_M_ROWS: its table and JSON."""
   records = time_shapes(shapes, passes, args)
   setting = os.environ.get("JGG_SM90_SMALL_M_ROWS", "unset (64)")
   lines = [f"K, N, G = {', '.join(map(str, dims))}; JGG_SM90_SMALL_M_ROWS={setting}", "",
@@ -99,6 +94,20 @@ def main(argv=None):
   with open(os.path.join(args.out, "bf16_tile_crossover.json"), "w", encoding="utf-8") as f:
     json.dump({"dims": dims, "small_m_rows": setting, "records": records}, f, indent=1)
   print("\n".join(lines))
+
+
+def main(argv=None):
+  parser = crossover_parser(__doc__, passes="fwd,dgrad", rows="16,32,48,64,96,128,192,256,384")
+  parser.add_argument("--settings", default="",
+                      help="JGG_SM90_SMALL_M_ROWS values, one fresh process each")
+  args = parser.parse_args(argv)
+  dims, passes, shapes = crossover_problem(parser, args)
+  if not all(v.isdigit() for v in args.settings.split(",") if v):
+    parser.error(f"--settings: expected non-negative integers, got {args.settings!r}")
+  if args.settings:
+    compare_settings(args)
+  else:
+    time_this_setting(args, dims, passes, shapes)
 
 
 if __name__ == "__main__":
