@@ -78,6 +78,8 @@ _PATH_CASES = {
     "few_rows_per_group_small_tile": (96, 64, 128, [5, 0, 30, 1, 20, 40]),
     "very_few_rows_per_group": (40, 32, 64, [3, 0, 8, 1, 6, 2, 9, 4, 0, 7]),
     "sum_below_rows": (512, 128, 64, [100, 0, 37]),
+    # Skewed groups, two of equal size: wgrad's problems run largest first, ties in group order.
+    "skewed_groups_with_ties": (3300, 64, 256, [9, 700, 0, 130, 700, 3, 400, 58, 1200]),
 }
 
 
@@ -111,6 +113,9 @@ _TUNING_OVERRIDES = {
     "wide_epilogue_everywhere": {"JGG_SM90_SMALL_M_ROWS": "0", "JGG_SM90_WIDE_EPILOGUE_ROWS": "0"},
     "raster_along_n": {"JGG_SM90_RASTER": "n"},
     "no_tail_split_no_pdl": {"JGG_SM90_TAIL_SPLIT": "0", "JGG_SM90_PDL": "0"},
+    "wgrad_static_tiles_in_group_order": {"JGG_SM90_WGRAD_TILES": "static",
+                                          "JGG_SM90_WGRAD_ORDER": "groups"},
+    "wgrad_tiles_on_demand_in_group_order": {"JGG_SM90_WGRAD_ORDER": "groups"},
 }
 
 
@@ -322,6 +327,31 @@ def test_wgrad_streams_few_row_groups_beside_tensor_core_groups(in_dtype, out_dt
   for g, size in enumerate(sizes):
     assert reference.relative_error(out[g], expected[g]) < tolerance, (g, size)
   assert np.all(np.asarray(out)[[g for g, s in enumerate(sizes) if s == 0]] == 0)
+
+
+@requires_gpu
+@pytest.mark.parametrize("batch, groups", [(3, 6), (3, 400)], ids=["one_gemm", "several_gemms"])
+def test_vmapped_wgrad_orders_each_batch_entry_by_its_own_group_sizes(batch, groups):
+  """Wgrad's problems run largest first within each batch entry, its tiles on demand
+  (sm90/dynamic_tiles_sm90.cuh); a call of more than 1024 problems runs as several GEMMs in
+  CUTLASS's order. Skewed sizes with ties, empty and streamed (<= 8 rows) groups."""
+  rng = np.random.default_rng(groups)
+  sizes = np.minimum((rng.pareto(1.2, (batch, groups)) * 40).astype(np.int32), 900)
+  sizes[:, 1] = sizes[:, 2]  # a tie in every batch entry
+  sizes[:, 3] = 0
+  m, k, n = int(sizes.sum(1).max()) + 5, 64, 128
+  x = jnp.asarray(rng.standard_normal((batch, m, k)), jnp.bfloat16)
+  dy = jnp.asarray(rng.standard_normal((batch, m, n)), jnp.bfloat16)
+  dims = jax.lax.RaggedDotDimensionNumbers(
+      dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
+      rhs_group_dimensions=[])
+  wgrad = jax.vmap(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims))
+  out = jax.jit(wgrad)(x, dy, jnp.asarray(sizes))
+  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
+  for b in range(batch):
+    expected = reference.ragged_k(f64(x[b]), f64(dy[b]), sizes[b], groups)
+    assert reference.relative_error(out[b], expected) < 1e-2, b
+    assert np.all(np.asarray(out[b])[sizes[b] == 0] == 0), b
 
 
 @requires_gpu

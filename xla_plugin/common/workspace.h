@@ -6,7 +6,7 @@
 // Layout (each region 256-byte aligned):
 //   [ schedules: one RaggedSchedule per batch entry                          ]
 //   [ problem arrays: per (group, batch) problem shape, pointers and strides  ]
-//   [ CUTLASS kernel workspace (TMA descriptors)                              ]
+//   [ CUTLASS kernel workspace (TMA descriptors; its last 256 bytes a counter) ]
 //   [ tail split: flags and partial tiles of the GEMM's split last round      ]
 // The last three serve only the tensor-core CUDA path; the size is the same on
 // every platform so that one lowering (and one exported artifact) fits all.
@@ -35,6 +35,9 @@ inline constexpr int64_t kTensormapBytesPerProblem = 3 * 128;
 inline constexpr int64_t kProblemsPerGroupedGemm = 1024;
 static_assert(kProblemsPerGroupedGemm * kTensormapBytesPerProblem <= kCutlassWorkspaceBytes * 3 / 4,
               "room for the descriptors and CUTLASS's tile scheduler");
+// The last bytes of that region, which CUTLASS's workspace never reaches (the GEMM's setup
+// checks): the counter of wgrad's tiles on demand (sm90/dynamic_tiles_sm90.cuh).
+inline constexpr int64_t kTileCounterBytes = 256;
 
 JGG_HOST_DEVICE inline int64_t AlignUp(int64_t bytes) {
   return CeilDiv(bytes, kWorkspaceAlignment) * kWorkspaceAlignment;

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "cute/tensor.hpp"
@@ -30,6 +31,7 @@
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/cutlass_grouped.cuh"
 #include "xla_plugin/kernels/cuda/sm90/group_tensormaps_sm90.cuh"
+#include "xla_plugin/kernels/cuda/sm90/dynamic_tiles_sm90.cuh"
 #include "xla_plugin/kernels/cuda/sm90/grouped_gemm_sm90.h"
 #include "xla_plugin/kernels/cuda/sm90/tail_split_sm90.cuh"
 
@@ -38,17 +40,21 @@ namespace jgg::cuda::sm90 {
 using namespace cute;  // NOLINT: CUTLASS's shape vocabulary (Shape, _128, ...)
 
 // A tile configuration is data: tile, cluster, the two schedules, the bytes per row of the
-// epilogue's subtiles (0: CUTLASS's choice) and whether the GEMM's last round of tiles may be
-// split along K (tail_split_sm90.cuh; ragged rows, no cluster, 128x256 tiles).
+// epilogue's subtiles (0: CUTLASS's choice) and the tile scheduling: CUTLASS's static order,
+// its last round of tiles split along K (tail_split_sm90.cuh; ragged rows, no cluster,
+// 128x256 tiles), or tiles on demand (dynamic_tiles_sm90.cuh; wgrad).
+enum class Scheduling { kStatic, kTailSplit, kTilesOnDemand };
+
 template <class Tile, class Cluster, class Mainloop, class Epilogue, int kEpiRowBytes = 0,
-          bool kSplitsTail = false>
+          Scheduling kScheduling = Scheduling::kStatic>
 struct TileConfig {
   using TileShape = Tile;
   using ClusterShape = Cluster;
   using KernelSchedule = Mainloop;
   using EpilogueSchedule = Epilogue;
   static constexpr int kEpilogueSubtileRowBytes = kEpiRowBytes;
-  static constexpr bool kTailSplit = kSplitsTail;
+  static constexpr bool kTailSplit = kScheduling == Scheduling::kTailSplit;
+  static constexpr bool kTilesOnDemand = kScheduling == Scheduling::kTilesOnDemand;
 };
 
 // Cooperative 128x256x64 (two consumer warpgroups share one 128x256 tile): the best
@@ -68,7 +74,7 @@ struct TileConfig {
 using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                                       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-                                      /*kEpiRowBytes=*/0, /*kSplitsTail=*/true>;
+                                      /*kEpiRowBytes=*/0, Scheduling::kTailSplit>;
 // The same tile storing its epilogue in subtiles of 256 bytes a row (128x128 in bf16/f16,
 // 128x64 in f32): two buffers of 64 KB, which leave the mainloop 3 stages of 48 KB instead of
 // 4. Where each group has thousands of rows (mixtral's 2048), every weight tile serves many
@@ -79,11 +85,13 @@ using Cooperative128x256WideEpilogue =
     TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
                cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, /*kEpiRowBytes=*/256,
-               /*kSplitsTail=*/true>;
+               Scheduling::kTailSplit>;
+// Wgrad's: 2x1 cluster, tiles on demand.
 using Cooperative128x256Cluster2x1 =
     TileConfig<Shape<_128, _256, _64>, Shape<_2, _1, _1>,
                cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
-               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, /*kEpiRowBytes=*/128>;
+               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, /*kEpiRowBytes=*/128,
+               Scheduling::kTilesOnDemand>;
 
 // 64x128x128 ping-pong (two consumer warpgroups alternate tiles, so one's
 // epilogue hides behind the other's mainloop), no cluster: for groups of few
@@ -97,9 +105,12 @@ using Pingpong64x128 = TileConfig<Shape<_64, _128, _128>, Shape<_1, _1, _1>,
 // whose problem arrays it reads): with that wait the GEMM can be launched as a programmatic
 // dependent of the preparation (RunGrouped), so its launch and the placement of its CTAs
 // overlap the preparation instead of following it. Launched the ordinary way, the wait
-// returns at once.
-template <class Base>
+// returns at once. kExtraSharedBytes more shared memory follow CUTLASS's storage.
+template <class Base, int kExtraSharedBytes = 0>
 struct WaitsForPreparation : Base {
+  static constexpr int SharedStorageSize = Base::SharedStorageSize + kExtraSharedBytes;
+  static_assert(Base::SharedStorageSize % 16 == 0 && SharedStorageSize <= 227 * 1024);
+
   CUTLASS_DEVICE void operator()(typename Base::Params const& params, char* shared_storage) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     Base::operator()(params, shared_storage);
@@ -109,9 +120,12 @@ struct WaitsForPreparation : Base {
 template <class Config, class ElementIn, class ElementOut, class LayoutA, class LayoutB>
 struct GroupedGemm {
   static constexpr bool kTailSplit = Config::kTailSplit;
-  using ProblemShape =  // (M, N, K) per problem
+  static constexpr bool kTilesOnDemand = Config::kTilesOnDemand;
+  using ProblemShape =  // (M, N, K) per problem; the type selects the tile scheduler
       std::conditional_t<kTailSplit, TailSplitProblemShape<Shape<int, int, int>>,
-                         cutlass::gemm::GroupProblemShape<Shape<int, int, int>>>;
+                         std::conditional_t<kTilesOnDemand, DynamicTilesProblemShape<Shape<int, int, int>>,
+                                            cutlass::gemm::GroupProblemShape<Shape<int, int, int>>>>;
+  static constexpr int kExtraSharedBytes = kTilesOnDemand ? kMailboxBytes : 0;
   static constexpr int kAlignIn = 16 / sizeof(ElementIn);
   static constexpr int kAlignOut = 16 / sizeof(ElementOut);
   using EpilogueTile = std::conditional_t<
@@ -130,11 +144,11 @@ struct GroupedGemm {
       ElementIn, LayoutB*, kAlignIn, float, typename Config::TileShape,
       typename Config::ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)) + kExtraSharedBytes>,
       typename Config::KernelSchedule>::CollectiveOp>;
 
   using Kernel = WaitsForPreparation<cutlass::gemm::kernel::GemmUniversal<
-      ProblemShape, CollectiveMainloop, CollectiveEpilogue>>;
+      ProblemShape, CollectiveMainloop, CollectiveEpilogue>, kExtraSharedBytes>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using StrideA = typename Kernel::InternalStrideA;
   using StrideB = typename Kernel::InternalStrideB;
@@ -223,31 +237,42 @@ __global__ void __launch_bounds__(kTensormapThreads)
   cute::tma_descriptor_fence_release();  // the GEMM reads them through the tensormap proxy
 }
 
+// What the preparation zeroes for the first GEMM's tile scheduler (both null: CUTLASS's order).
+struct SchedulerScratch {
+  int32_t* tail_split_flags = nullptr;         // kTailSplitFlags, of the split last round
+  unsigned long long* tile_counter = nullptr;  // the next ticket of tiles on demand
+};
+
 // The one launch before the GEMM. `Problems` describes a grouped launch on the device:
 //   batch(), groups()         problem p = g * batch() + b is group g of batch entry b;
 //   prepare_parts()           blocks per batch entry (host);
 //   PrepareBatch(b, x, n)     block x of n of batch entry b prepares it (the schedule,
 //                             zero fills), all kPrepareThreads threads together;
-//   operator()(p)             what problem p is, once block 0 has prepared its batch entry.
+//   operator()(g, b)          what group g of batch entry b computes, and
+//   Position(g, b)            its problem index (a permutation of g * batch() + b over g),
+//                             once block 0 has prepared the batch entry.
 // Block 0 of each batch entry then writes that entry's problems in CUTLASS's form, and the
 // TMA descriptors of those among the first GEMM's `first_gemm_problems`.
 template <class G, class Problems>
 __global__ void __launch_bounds__(Problems::kPrepareThreads)
     PrepareProblemsKernel(Problems problems, ProblemArrays<G> out, int64_t first_gemm_problems,
                           const __grid_constant__ ProblemTensormaps<G> tensormaps,
-                          int32_t* tail_split_flags) {
+                          SchedulerScratch scratch) {
   // The GEMM may launch now: it waits for this whole grid before reading what it writes.
   asm volatile("griddepcontrol.launch_dependents;");
-  if (tail_split_flags != nullptr && blockIdx.x == 0 && blockIdx.y == 0) {
-    for (int i = threadIdx.x; i < kTailSplitFlags; i += blockDim.x) tail_split_flags[i] = 0;
+  if (blockIdx.x == 0 && blockIdx.y == 0) {
+    if (scratch.tail_split_flags != nullptr) {
+      for (int i = threadIdx.x; i < kTailSplitFlags; i += blockDim.x) scratch.tail_split_flags[i] = 0;
+    }
+    if (scratch.tile_counter != nullptr && threadIdx.x == 0) *scratch.tile_counter = 0;
   }
   const int64_t b = blockIdx.y;
   problems.PrepareBatch(b, blockIdx.x, gridDim.x);
   if (blockIdx.x != 0) return;
   __syncthreads();  // what PrepareBatch wrote is read back below
   for (int64_t g = threadIdx.x; g < problems.groups(); g += blockDim.x) {
-    const int64_t p = g * problems.batch() + b;
-    const ProblemDescription d = problems(p);
+    const int64_t p = problems.Position(g, b);
+    const ProblemDescription d = problems(g, b);
     out.shapes[p] = typename G::Shape3{d.m, d.n, d.k};
     out.a[p] = static_cast<const typename G::A*>(d.a);
     out.b[p] = static_cast<const typename G::A*>(d.b);
@@ -280,6 +305,16 @@ inline bool RasterAlongN() {
   return value;
 }
 
+// Whether wgrad's problems run largest first (ragged_problems_sm90.cuh): yes, unless
+// JGG_SM90_WGRAD_ORDER=groups, for A/B runs; read once per process.
+inline bool WgradLargestFirst() {
+  static const bool value = [] {
+    const char* order = std::getenv("JGG_SM90_WGRAD_ORDER");
+    return order == nullptr || std::strcmp(order, "groups") != 0;
+  }();
+  return value;
+}
+
 // Whether the GEMM is launched as a programmatic dependent of its preparation (default), or,
 // with JGG_SM90_PDL=0, after it the ordinary way: for A/B runs; read once per process.
 inline bool LaunchAfterPreparation() {
@@ -300,15 +335,31 @@ inline bool TailSplitAllowed() {
   return value;
 }
 
-// The flags of G's split last round, or null where it does not split: a configuration that
-// cannot, a workspace without the region, or a call of several GEMMs (the preparation zeroes
-// the flags of the first only).
+// Whether wgrad hands its tiles out on demand (dynamic_tiles_sm90.cuh): yes, unless
+// JGG_SM90_WGRAD_TILES=static, for A/B runs; read once per process.
+inline bool TilesOnDemandAllowed() {
+  static const bool value = [] {
+    const char* tiles = std::getenv("JGG_SM90_WGRAD_TILES");
+    return tiles == nullptr || std::strcmp(tiles, "static") != 0;
+  }();
+  return value;
+}
+
+// The scratch of G's tile scheduler: the flags of its split last round (a configuration that
+// splits, a workspace with the region) or its tile counter (tiles on demand); none for a call
+// of several GEMMs, whose later GEMMs keep CUTLASS's order (the preparation zeroes only the
+// first's scratch).
 template <class G>
-int32_t* TailSplitFlags(const GroupedLaunch& launch, int64_t count) {
-  if (!G::kTailSplit || launch.tail_split == nullptr || count > kProblemsPerGroupedGemm ||
-      !TailSplitAllowed())
-    return nullptr;
-  return reinterpret_cast<int32_t*>(launch.tail_split);
+SchedulerScratch SchedulerScratchOf(const GroupedLaunch& launch, int64_t count) {
+  SchedulerScratch scratch;
+  if (count > kProblemsPerGroupedGemm) return scratch;
+  if (G::kTailSplit && launch.tail_split != nullptr && TailSplitAllowed())
+    scratch.tail_split_flags = reinterpret_cast<int32_t*>(launch.tail_split);
+  if (G::kTilesOnDemand && TilesOnDemandAllowed()) {
+    scratch.tile_counter = reinterpret_cast<unsigned long long*>(
+        static_cast<char*>(launch.cutlass_workspace) + kCutlassWorkspaceBytes - kTileCounterBytes);
+  }
+  return scratch;
 }
 
 // The preparation kernel with the GEMM's shared-memory carveout, so an SM that ran it takes
@@ -330,18 +381,21 @@ void PreferSharedMemoryCarveout(Kernel* kernel) {
 template <class G>
 cudaError_t InitializeGemm(typename G::Gemm& gemm, const ProblemArrays<G>& arrays,
                            int64_t count, const GroupedLaunch& launch,
-                           ProblemTensormaps<G>& tensormaps, int32_t* tail_split_flags) {
+                           ProblemTensormaps<G>& tensormaps, SchedulerScratch scratch) {
   typename G::Gemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.problem_shape.num_groups = static_cast<int>(count);
   args.problem_shape.problem_shapes = arrays.shapes;
   args.problem_shape.host_problem_shapes = nullptr;  // on device only
   if constexpr (G::kTailSplit) {
-    args.problem_shape.flags = tail_split_flags;  // null: no split
-    if (tail_split_flags != nullptr) {
+    args.problem_shape.flags = scratch.tail_split_flags;  // null: no split
+    if (scratch.tail_split_flags != nullptr) {
       args.problem_shape.partials =
           reinterpret_cast<float4*>(launch.tail_split + kTailSplitFlagBytes);
     }
+  }
+  if constexpr (G::kTilesOnDemand) {
+    args.problem_shape.tile_counter = scratch.tile_counter;  // null: CUTLASS's order
   }
   args.mainloop = {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b};
   SetPlainEpilogue(args, arrays.d, arrays.stride_d);
@@ -351,6 +405,9 @@ cudaError_t InitializeGemm(typename G::Gemm& gemm, const ProblemArrays<G>& array
                                     : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
   args.hw_info.device_id = launch.device;
   args.hw_info.sm_count = launch.sm_count;
+  if (scratch.tile_counter != nullptr &&
+      G::Gemm::get_workspace_size(args) > static_cast<size_t>(kCutlassWorkspaceBytes - kTileCounterBytes))
+    return cudaErrorMemoryAllocation;  // CUTLASS's workspace would reach the tile counter
   if (cudaError_t e = InitializeCutlass(gemm, args, launch.cutlass_workspace, launch.stream);
       e != cudaSuccess)
     return e;
@@ -370,10 +427,9 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   typename G::Gemm gemm;
   ProblemTensormaps<G> tensormaps{};
   const int64_t first = std::min(count, kProblemsPerGroupedGemm);
-  int32_t* const tail_split_flags = TailSplitFlags<G>(launch, count);
+  const SchedulerScratch scratch = SchedulerScratchOf<G>(launch, count);
   if (first > 0) {
-    if (cudaError_t e = InitializeGemm<G>(gemm, arrays, first, launch, tensormaps,
-                                          tail_split_flags);
+    if (cudaError_t e = InitializeGemm<G>(gemm, arrays, first, launch, tensormaps, scratch);
         e != cudaSuccess)
       return e;
   }
@@ -381,7 +437,7 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
                   static_cast<unsigned>(problems.batch()));
   PreferSharedMemoryCarveout(PrepareProblemsKernel<G, Problems>);
   PrepareProblemsKernel<G><<<grid, Problems::kPrepareThreads, 0, launch.stream>>>(
-      problems, arrays, first, tensormaps, tail_split_flags);
+      problems, arrays, first, tensormaps, scratch);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (count == 0) return cudaSuccess;  // prepared (rows zeroed), nothing to multiply
   if (cudaError_t e = FromCutlass(gemm.run(launch.stream, /*cuda_adapter=*/nullptr,
@@ -392,7 +448,7 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
   for (int64_t begin = first; begin < count; begin += kProblemsPerGroupedGemm) {
     const int64_t n = std::min(count - begin, kProblemsPerGroupedGemm);
     const ProblemArrays<G> next = arrays.From(begin);
-    if (cudaError_t e = InitializeGemm<G>(gemm, next, n, launch, tensormaps, nullptr);
+    if (cudaError_t e = InitializeGemm<G>(gemm, next, n, launch, tensormaps, SchedulerScratch{});
         e != cudaSuccess)
       return e;
     const auto blocks =

@@ -23,6 +23,8 @@ struct RaggedProblems {
 
   __host__ __device__ int64_t batch() const { return p.batch; }
   __host__ __device__ int64_t groups() const { return p.num_local_groups; }
+  // Problem index of local group g of batch entry b: group order.
+  __device__ int64_t Position(int64_t g, int64_t b) const { return g * p.batch + b; }
 
  protected:
   // Row boundaries only (RaggedSchedule::tile_begin counts 1-row tiles): CUTLASS tiles
@@ -50,9 +52,8 @@ struct RaggedMProblems : RaggedProblems<RaggedMProblem> {
     ZeroUncoveredRows(this->p, this->o, sizeof(O), b, part, parts);
   }
 
-  __device__ ProblemDescription operator()(int64_t index) const {
+  __device__ ProblemDescription operator()(int64_t g, int64_t b) const {
     const RaggedMProblem& p = this->p;
-    const int64_t g = index / p.batch, b = index % p.batch;
     const RaggedSchedule s = this->Schedule(b);
     const int64_t begin = s.row_begin[g], rows = s.row_begin[g + 1] - begin;
     return {static_cast<int>(rows), static_cast<int>(p.n), static_cast<int>(p.k),
@@ -67,17 +68,40 @@ struct RaggedMProblems : RaggedProblems<RaggedMProblem> {
 // `left_rows` rows gets an empty problem (M = 0: no tiles) and is written by the
 // caller: empty groups always are, since a GEMM with K = 0 has no defined
 // epilogue in CUTLASS.
+//
+// With largest_first, a batch entry's problems are ordered by rows, most first (ties in
+// group order). A wgrad tile's mainloop runs over its group's rows, and CUTLASS's persistent
+// scheduler hands CTA c the tiles c, c + grid, ... whatever they cost: in group order a
+// skewed routing's few long tiles can fall late and leave most CTAs idle at the end, where
+// largest first puts them in the first rounds and ends on short tiles.
 template <class T, class O>
 struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
+  // Ranking by a linear scan per group costs G^2 / kPrepareThreads reads of the schedule
+  // (L1 hits): a few microseconds at this many groups; larger calls keep group order.
+  static constexpr int64_t kMaxOrderedGroups = 1024;
   int left_rows;
+  bool largest_first;
 
   int prepare_parts() const { return 1; }
 
   __device__ void PrepareBatch(int64_t b, int64_t, int64_t) const { this->WriteSchedule(b); }
 
-  __device__ ProblemDescription operator()(int64_t index) const {
+  __device__ int64_t Position(int64_t g, int64_t b) const {
+    const int64_t groups = this->p.num_local_groups;
+    if (!largest_first || groups > kMaxOrderedGroups) return RaggedProblems<RaggedKProblem>::Position(g, b);
+    const RaggedSchedule s = this->Schedule(b);
+    const int64_t rows = s.row_begin[g + 1] - s.row_begin[g];
+    int64_t rank = 0, begin = s.row_begin[0];
+    for (int64_t j = 0; j < groups; ++j) {
+      const int64_t end = s.row_begin[j + 1];
+      rank += end - begin > rows || (end - begin == rows && j < g);
+      begin = end;
+    }
+    return rank * this->p.batch + b;
+  }
+
+  __device__ ProblemDescription operator()(int64_t g, int64_t b) const {
     const RaggedKProblem& p = this->p;
-    const int64_t g = index / p.batch, b = index % p.batch;
     const RaggedSchedule s = this->Schedule(b);
     const int64_t begin = s.row_begin[g], rows = s.row_begin[g + 1] - begin;
     const int m = rows <= left_rows ? 0 : static_cast<int>(p.p);
@@ -112,7 +136,8 @@ cudaError_t RaggedK(const RaggedKProblem& p, const RaggedOperands& o, const Grou
   using G = GroupedGemm<Cooperative128x256Cluster2x1, typename CutlassElement<kIn>::type,
                         typename CutlassElement<kOut>::type, cutlass::layout::ColumnMajor,
                         cutlass::layout::RowMajor>;
-  return RunGrouped<G>(RaggedKProblems<typename G::A, typename G::D>{{p, o}, left_rows}, l);
+  return RunGrouped<G>(
+      RaggedKProblems<typename G::A, typename G::D>{{p, o}, left_rows, WgradLargestFirst()}, l);
 }
 
 }  // namespace jgg::cuda::sm90

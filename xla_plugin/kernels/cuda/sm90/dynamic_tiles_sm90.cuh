@@ -1,0 +1,162 @@
+// Wgrad's tiles handed out in order of demand.
+//
+// A wgrad tile's mainloop runs over its group's rows, so under a skewed routing its tiles
+// differ in length by orders of magnitude (qwen3-30b-zipf: 17800 rows in the largest of 128
+// groups, a few dozen in the smallest). CUTLASS's persistent group scheduler gives CTA c the
+// tiles c, c + W, c + 2W, ... of the W CTAs' grid whatever they cost, so the CTAs that drew
+// the long tiles finish long after the others. Here each cluster's next tile is the next
+// ticket of a counter in the workspace (zeroed by the preparation): the problems run largest
+// first (ragged_problems_sm90.cuh), and each cluster takes the next tile when it is ready for
+// one, so the long tiles start in the first rounds and the short ones fill in around them
+// (list scheduling, longest first). Forward and dgrad keep the static order: their tiles
+// are equal, and their L2 reuse rests on the tiles in flight being consecutive
+// (docs/PERFORMANCE.md, 2026-11-28).
+//
+// The two CTAs of a 2x1 cluster must compute the same tile (their operands arrive by
+// multicast). Rank 0's scheduler warp takes the ticket and writes it, tagged with its
+// sequence number, into the mailbox of each other CTA of the cluster (distributed shared
+// memory, release); their scheduler warps wait for the tag (acquire). A CTA's scheduler warp
+// runs at most kLookahead tiles ahead of its own consumers, and the cluster's CTAs consume in
+// lockstep (each multicast stage waits for every CTA's consumers), so rank 0 is never more than
+// about two lookaheads ahead of another CTA's scheduler warp: kMailboxSlots is ample.
+//
+// The lookahead: CUTLASS's grouped kernel lets its scheduler warp run as many tiles ahead as
+// its scheduler's pipeline has stages (8 by default). Dynamic tickets taken that early would
+// commit a cluster to tiles long before it is ready for them, so this scheduler has kLookahead
+// stages: the kernel takes its pipeline's stages from the scheduler type.
+//
+// The scheduler is swapped in through the problem shape type, as the tail split's is
+// (tail_split_sm90.cuh); tile_counter == nullptr keeps CUTLASS's static order.
+#ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_DYNAMIC_TILES_SM90_CUH_
+#define JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_DYNAMIC_TILES_SM90_CUH_
+
+#include <cstdint>
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+
+namespace jgg::cuda::sm90 {
+
+template <class Underlying>
+struct DynamicTilesProblemShape : cutlass::gemm::GroupProblemShape<Underlying> {
+  unsigned long long* tile_counter = nullptr;  // zeroed by the preparation; null: static order
+};
+
+inline constexpr int kLookahead = 2;
+inline constexpr int kMailboxSlots = 32;
+// Shared memory the kernel asks for beyond CUTLASS's storage (WithMailbox, grouped_gemm_sm90.cuh).
+inline constexpr int kMailboxBytes = kMailboxSlots * 8;
+
+// This CTA's mailbox: the last kMailboxBytes of its dynamic shared memory (past CUTLASS's
+// storage, whose swizzled stages need its start to stay 1024-byte aligned).
+CUTLASS_DEVICE uint32_t MailboxAddress(int slot) {
+  extern __shared__ char dynamic_shared[];
+  uint32_t bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_shared)) + bytes - kMailboxBytes +
+         8u * static_cast<uint32_t>(slot);
+}
+
+template <class ProblemShape, int kStages>
+struct DynamicTileScheduler
+    : cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, kLookahead> {
+  using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, kLookahead>;
+  using typename Base::Params;
+  using typename Base::WorkTileInfo;
+
+  DynamicTileScheduler() = default;
+
+  // Every thread of the CTA, before the kernel's cluster barrier: the mailbox starts empty
+  // (tags count from 1) before any other CTA of the cluster can write to it.
+  CUTLASS_DEVICE DynamicTileScheduler(Params const& params, typename Base::SchedulerResponse* response)
+      : Base(params, response) {
+    if (threadIdx.x < kMailboxSlots) {
+      asm volatile("st.shared.u64 [%0], 0;" ::"r"(MailboxAddress(threadIdx.x)) : "memory");
+      asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    }
+  }
+
+  template <class ClusterShape>
+  CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape cluster) {
+    grid_ = uint64_t(gridDim.x) * gridDim.y * gridDim.z;
+    cluster_ctas_ = uint64_t(cute::size(cluster));
+    const uint64_t unit = this->scheduler_params.raster_order_ ==
+                                  cutlass::gemm::kernel::detail::RasterOrder::AlongN
+                              ? uint64_t(blockIdx.x) + uint64_t(blockIdx.y) * gridDim.x
+                              : uint64_t(blockIdx.x) * gridDim.y + blockIdx.y;
+    offset_in_cluster_ = unit % cluster_ctas_;
+    return Base::initial_work_tile_info(cluster);
+  }
+
+  // The scheduler warp, for each work tile after the CTA's first.
+  template <class Pipeline, class PipelineState>
+  CUTLASS_DEVICE auto advance_to_next_work(Pipeline& pipeline, PipelineState state,
+                                           uint32_t advance_count = 1) {
+    unsigned long long* counter = this->scheduler_params.problem_shapes_.tile_counter;
+    if (counter == nullptr) return Base::advance_to_next_work(pipeline, state, advance_count);
+    pipeline.producer_acquire(state);  // first: the ticket is taken when a slot is free
+    const uint64_t ticket = ClusterTicket(counter);
+    // Tickets count clusters past the first round; a cluster's CTAs keep their offsets in it.
+    const WorkTileInfo work =
+        this->get_current_work_for_linear_idx(grid_ + ticket * cluster_ctas_ + offset_in_cluster_);
+    if (cute::elect_one_sync()) {
+      this->response_ptr_[state.index()] = work;
+      cutlass::arch::fence_view_async_shared();
+      pipeline.producer_commit(state);
+    }
+    return cute::make_tuple(work, true);
+  }
+
+ private:
+  // The cluster's next ticket, the same on each of its CTAs; the whole scheduler warp.
+  CUTLASS_DEVICE uint64_t ClusterTicket(unsigned long long* counter) {
+    const int slot = static_cast<int>(sequence_ % kMailboxSlots);
+    const uint64_t tag = (sequence_ + 1) << 32;  // tickets stay below 2^32 (int tile indices)
+    ++sequence_;
+    const bool lane0 = threadIdx.x % 32 == 0;
+    uint64_t ticket = 0;
+    if (cute::block_rank_in_cluster() == 0) {
+      if (lane0) {
+        ticket = atomicAdd(counter, 1ull);
+        for (uint32_t peer = 1; peer < cluster_ctas_; ++peer) {
+          uint32_t remote;
+          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                       : "=r"(remote) : "r"(MailboxAddress(slot)), "r"(peer));
+          asm volatile("st.release.cluster.shared::cluster.u64 [%0], %1;"
+                       ::"r"(remote), "l"(tag | ticket) : "memory");
+        }
+      }
+    } else if (lane0) {
+      uint64_t word;
+      // Rank 0 may be a whole tile from taking it: poll gently, beside the CTA's MMAs.
+      while (true) {
+        asm volatile("ld.acquire.cluster.shared::cta.u64 %0, [%1];"
+                     : "=l"(word) : "r"(MailboxAddress(slot)) : "memory");
+        if ((word & ~uint64_t(0xFFFFFFFFu)) == tag) break;
+        __nanosleep(64);
+      }
+      ticket = word & 0xFFFFFFFFu;
+    }
+    return __shfl_sync(0xffffffffu, ticket, 0);
+  }
+
+  uint64_t grid_ = 1, cluster_ctas_ = 1, offset_in_cluster_ = 0, sequence_ = 0;
+};
+
+}  // namespace jgg::cuda::sm90
+
+// CUTLASS's scheduler choice for the grouped SM90 kernels, for our problem shape (see
+// tail_split_sm90.cuh).
+namespace cutlass::gemm::kernel::detail {
+template <class TileShape, class ClusterShape, uint32_t kStages, class Underlying>
+struct TileSchedulerSelector<GroupScheduler, arch::Sm90, TileShape, ClusterShape, kStages,
+                             jgg::cuda::sm90::DynamicTilesProblemShape<Underlying>> {
+  using Scheduler = jgg::cuda::sm90::DynamicTileScheduler<
+      jgg::cuda::sm90::DynamicTilesProblemShape<Underlying>, kStages>;
+};
+}  // namespace cutlass::gemm::kernel::detail
+
+#endif  // JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_DYNAMIC_TILES_SM90_CUH_
