@@ -330,6 +330,28 @@ def test_wgrad_streams_few_row_groups_beside_tensor_core_groups(in_dtype, out_dt
 
 
 @requires_gpu
+def test_skewed_wgrad_on_demand_covers_every_tile_of_each_cluster():
+  """Zipf-like group sizes send wgrad's tiles out on demand (sm90/dynamic_tiles_sm90.cuh), a
+  2x1 cluster's two CTAs sharing each ticket: with P = 640 rows of output (five 128-row tiles,
+  the last cluster half padding) and N = 512 (two 256-column tiles), each CTA of a cluster
+  must take its own row tile. Every group is checked whole against float64."""
+  sizes = [1500, 9, 0, 640, 3, 200, 1500, 77, 310, 1, 2600, 40]
+  m, p, n = sum(sizes) + 13, 640, 512
+  rng = np.random.default_rng(11)
+  x = jnp.asarray(rng.standard_normal((m, p)), jnp.bfloat16)
+  dy = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+  dims = jax.lax.RaggedDotDimensionNumbers(
+      dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
+      rhs_group_dimensions=[])
+  out = jax.jit(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims))(
+      x, dy, jnp.asarray(sizes, jnp.int32))
+  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
+  expected = reference.ragged_k(f64(x), f64(dy), sizes, len(sizes))
+  for g, size in enumerate(sizes):
+    assert reference.relative_error(out[g], expected[g]) < 1e-2, (g, size)
+
+
+@requires_gpu
 @pytest.mark.parametrize("batch, groups", [(3, 6), (3, 400)], ids=["one_gemm", "several_gemms"])
 def test_vmapped_wgrad_orders_each_batch_entry_by_its_own_group_sizes(batch, groups):
   """Wgrad's problems run largest first within each batch entry, its tiles on demand
