@@ -20,6 +20,20 @@ from conftest import requires_gpu
 import reference
 
 
+def _f64(a):
+  return np.asarray(a.astype(jnp.float32), np.float64)
+
+
+# dgrad: dy [M, N] . w [G, K, N] over N, rows ragged; wgrad: x [M, K]^T . dy [M, N] over the
+# ragged rows, out [G, K, N].
+_DGRAD = jax.lax.RaggedDotDimensionNumbers((([1], [2]), ([], [])), [0], [0])
+_WGRAD = jax.lax.RaggedDotDimensionNumbers((([0], [0]), ([], [])), [0], [])
+
+
+def _wgrad(**kwargs):
+  return lambda a, b, sizes: jgg.ragged_dot_general(a, b, sizes, _WGRAD, **kwargs)
+
+
 @requires_gpu
 def test_cuda_handlers_are_built_and_used():
   assert _native.CUDA_BUILT
@@ -104,8 +118,8 @@ def test_every_cuda_path_forward_dgrad_wgrad(case):
 
 # The tuning overrides of the BF16 GEMM (ragged_dot_cuda.cu, sm90/grouped_gemm_sm90.cuh): each
 # set sends every path case's forward and dgrad to one tile or schedule (with
-# JGG_WGRAD_STREAMED_ROWS=0, every non-empty wgrad group to the tensor cores), so that the
-# numbers of a tuning run come from correct results.
+# JGG_WGRAD_STREAMED_ROWS=0, every non-empty wgrad group to the tensor cores), or every wgrad
+# routing to one schedule, so that the numbers of a tuning run come from correct results.
 _TUNING_OVERRIDES = {
     "pingpong_tile_everywhere": {"JGG_SM90_SMALL_M_ROWS": "1000000",
                                  "JGG_WGRAD_STREAMED_ROWS": "0"},
@@ -116,6 +130,7 @@ _TUNING_OVERRIDES = {
     "wgrad_static_tiles_in_group_order": {"JGG_SM90_WGRAD_TILES": "static",
                                           "JGG_SM90_WGRAD_ORDER": "groups"},
     "wgrad_tiles_on_demand_in_group_order": {"JGG_SM90_WGRAD_ORDER": "groups"},
+    "wgrad_tiles_always_on_demand": {"JGG_SM90_WGRAD_TILES": "demand"},
 }
 
 
@@ -127,10 +142,12 @@ def test_every_cuda_path_under_each_tuning_override(overrides):
   tests = os.path.dirname(os.path.abspath(__file__))
   result = subprocess.run(
       [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-       f"{tests}/test_cuda.py::test_every_cuda_path_forward_dgrad_wgrad"],
+       f"{tests}/test_cuda.py::test_every_cuda_path_forward_dgrad_wgrad",
+       f"{tests}/test_cuda.py::test_wgrad_past_the_first_round_covers_every_tile_of_each_cluster"],
       cwd=os.path.dirname(tests), env=env, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-  assert f"{len(_PATH_CASES)} passed" in result.stdout, result.stdout[-2000:]
+  passed = len(_PATH_CASES) + len(_WGRAD_ROUTINGS)
+  assert f"{passed} passed" in result.stdout, result.stdout[-2000:]
 
 
 @requires_gpu
@@ -170,12 +187,10 @@ def test_tail_tiles_among_many_tiles_per_cta_row_by_row(in_dtype):
   w = jnp.asarray(rng.standard_normal((len(sizes), k, n)), in_dtype)
   dy = jnp.asarray(rng.standard_normal((m, n)), in_dtype)
   group_sizes = jnp.asarray(sizes, jnp.int32)
-  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
   out = jax.jit(jgg.ragged_dot)(x, w, group_sizes)
-  dgrad = jax.lax.RaggedDotDimensionNumbers((([1], [2]), ([], [])), [0], [0])
-  dx = jax.jit(lambda a, b, g: jgg.ragged_dot_general(a, b, g, dgrad))(dy, w, group_sizes)
-  for actual, expected, length in ((out, reference.ragged_m(f64(x), f64(w), sizes), k),
-                                   (dx, reference.ragged_m(f64(dy), f64(w), sizes,
+  dx = jax.jit(lambda a, b, g: jgg.ragged_dot_general(a, b, g, _DGRAD))(dy, w, group_sizes)
+  for actual, expected, length in ((out, reference.ragged_m(_f64(x), _f64(w), sizes), k),
+                                   (dx, reference.ragged_m(_f64(dy), _f64(w), sizes,
                                                            rhs_transposed=True), n)):
     # Products of unit normals: each output ~ sqrt(length); 16-bit results round to 2^-8.
     np.testing.assert_allclose(np.asarray(actual.astype(jnp.float32)), expected, rtol=1e-2,
@@ -217,16 +232,14 @@ def test_last_round_split_along_k_row_by_row(last_round, in_dtype, out_dtype):
   w = jnp.asarray(rng.standard_normal((len(sizes), k, n)), in_dtype)
   dy = jnp.asarray(rng.standard_normal((m, n)), in_dtype)
   group_sizes = jnp.asarray(sizes, jnp.int32)
-  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
   out = jax.jit(lambda a, b, g: jgg.ragged_dot(a, b, g, preferred_element_type=out_dtype))(
       x, w, group_sizes)
-  dgrad = jax.lax.RaggedDotDimensionNumbers((([1], [2]), ([], [])), [0], [0])
-  dx = jax.jit(lambda a, b, g: jgg.ragged_dot_general(a, b, g, dgrad,
+  dx = jax.jit(lambda a, b, g: jgg.ragged_dot_general(a, b, g, _DGRAD,
                                                       preferred_element_type=out_dtype))(
       dy, w, group_sizes)
   tol = 1e-2 if out_dtype != jnp.float32 else 1e-4
-  for actual, expected in ((out, reference.ragged_m(f64(x), f64(w), sizes)),
-                           (dx, reference.ragged_m(f64(dy), f64(w), sizes, rhs_transposed=True))):
+  for actual, expected in ((out, reference.ragged_m(_f64(x), _f64(w), sizes)),
+                           (dx, reference.ragged_m(_f64(dy), _f64(w), sizes, rhs_transposed=True))):
     assert actual.dtype == out_dtype
     # Products of unit normals: each output ~ sqrt(1088); results round to their type.
     np.testing.assert_allclose(np.asarray(actual.astype(jnp.float32)), expected, rtol=tol,
@@ -280,11 +293,10 @@ def test_tensor_core_type_pairs_every_pass(case, in_dtype, out_dtype):
   w = jnp.asarray(rng.standard_normal((len(sizes), k, n)), in_dtype)
   dy = jnp.asarray(rng.standard_normal((m, n)), in_dtype)
   group_sizes = jnp.asarray(sizes, jnp.int32)
-  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
   expected = {
-      "fwd": reference.ragged_m(f64(x), f64(w), sizes),
-      "dgrad": reference.ragged_m(f64(dy), f64(w), sizes, rhs_transposed=True),
-      "wgrad": reference.ragged_k(f64(x), f64(dy), sizes, len(sizes)),
+      "fwd": reference.ragged_m(_f64(x), _f64(w), sizes),
+      "dgrad": reference.ragged_m(_f64(dy), _f64(w), sizes, rhs_transposed=True),
+      "wgrad": reference.ragged_k(_f64(x), _f64(dy), sizes, len(sizes)),
   }
   operands = {"fwd": (x, w), "dgrad": (dy, w), "wgrad": (x, dy)}
   for name, (contracting, rhs_groups) in _PASS_DIMS.items():
@@ -315,38 +327,40 @@ def test_wgrad_streams_few_row_groups_beside_tensor_core_groups(in_dtype, out_dt
   rng = np.random.default_rng(7)
   x = jnp.asarray(rng.standard_normal((m, k)), in_dtype)
   dy = jnp.asarray(rng.standard_normal((m, n)), in_dtype)
-  dims = jax.lax.RaggedDotDimensionNumbers(
-      dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
-      rhs_group_dimensions=[])
-  out = jax.jit(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims,
-                                                       preferred_element_type=out_dtype))(
-      x, dy, jnp.asarray(sizes, jnp.int32))
-  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
-  expected = reference.ragged_k(f64(x), f64(dy), sizes, len(sizes))
+  out = jax.jit(_wgrad(preferred_element_type=out_dtype))(x, dy, jnp.asarray(sizes, jnp.int32))
+  expected = reference.ragged_k(_f64(x), _f64(dy), sizes, len(sizes))
   tolerance = 1e-5 if out_dtype == jnp.float32 else 1e-2
   for g, size in enumerate(sizes):
     assert reference.relative_error(out[g], expected[g]) < tolerance, (g, size)
   assert np.all(np.asarray(out)[[g for g, s in enumerate(sizes) if s == 0]] == 0)
 
 
+# Group sizes of the two wgrad schedules (sm90/dynamic_tiles_sm90.cuh): over the groups with
+# tiles (> 8 rows), the longest 3.4x the mean (tiles on demand, largest first) and 1.07x (the
+# static order, in group order).
+_WGRAD_ROUTINGS = {
+    "skewed": [1500, 9, 0, 640, 3, 200, 1500, 77, 310, 1, 2600, 40],
+    "even": [700, 650, 0, 720, 690, 600, 710, 3, 680, 705, 640, 660],
+}
+
+
 @requires_gpu
-def test_skewed_wgrad_on_demand_covers_every_tile_of_each_cluster():
-  """Zipf-like group sizes send wgrad's tiles out on demand (sm90/dynamic_tiles_sm90.cuh), a
-  2x1 cluster's two CTAs sharing each ticket: with P = 640 rows of output (five 128-row tiles,
-  the last cluster half padding) and N = 512 (two 256-column tiles), each CTA of a cluster
-  must take its own row tile. Every group is checked whole against float64."""
-  sizes = [1500, 9, 0, 640, 3, 200, 1500, 77, 310, 1, 2600, 40]
-  m, p, n = sum(sizes) + 13, 640, 512
+@pytest.mark.parametrize("routing", _WGRAD_ROUTINGS)
+def test_wgrad_past_the_first_round_covers_every_tile_of_each_cluster(routing):
+  """Wgrad runs on 2x1 clusters whose two CTAs take a cluster's two row tiles, past the first
+  round from a ticket they share (skewed routings) or from CUTLASS's static order (even ones):
+  with P = 640 rows of output (five 128-row tiles, the last cluster's second half padding) and
+  N = 1280 (five column tiles), there are more tiles than SMs. Every group is checked whole
+  against float64."""
+  sizes = _WGRAD_ROUTINGS[routing]
+  m, p, n = sum(sizes) + 13, 640, 1280
+  tiles = sum(6 * 5 for size in sizes if size > 8)
+  assert tiles > jax.devices("gpu")[0].core_count  # the premise: a second round
   rng = np.random.default_rng(11)
   x = jnp.asarray(rng.standard_normal((m, p)), jnp.bfloat16)
   dy = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
-  dims = jax.lax.RaggedDotDimensionNumbers(
-      dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
-      rhs_group_dimensions=[])
-  out = jax.jit(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims))(
-      x, dy, jnp.asarray(sizes, jnp.int32))
-  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
-  expected = reference.ragged_k(f64(x), f64(dy), sizes, len(sizes))
+  out = jax.jit(_wgrad())(x, dy, jnp.asarray(sizes, jnp.int32))
+  expected = reference.ragged_k(_f64(x), _f64(dy), sizes, len(sizes))
   for g, size in enumerate(sizes):
     assert reference.relative_error(out[g], expected[g]) < 1e-2, (g, size)
 
@@ -354,9 +368,10 @@ def test_skewed_wgrad_on_demand_covers_every_tile_of_each_cluster():
 @requires_gpu
 @pytest.mark.parametrize("batch, groups", [(3, 6), (3, 400)], ids=["one_gemm", "several_gemms"])
 def test_vmapped_wgrad_orders_each_batch_entry_by_its_own_group_sizes(batch, groups):
-  """Wgrad's problems run largest first within each batch entry, its tiles on demand
-  (sm90/dynamic_tiles_sm90.cuh); a call of more than 1024 problems runs as several GEMMs in
-  CUTLASS's order. Skewed sizes with ties, empty and streamed (<= 8 rows) groups."""
+  """Wgrad's problems run largest first within each batch entry whose routing is skewed, its
+  tiles on demand (sm90/dynamic_tiles_sm90.cuh); a call of more than 1024 problems runs as
+  several GEMMs in CUTLASS's order. Skewed sizes with ties, empty and streamed (<= 8 rows)
+  groups."""
   rng = np.random.default_rng(groups)
   sizes = np.minimum((rng.pareto(1.2, (batch, groups)) * 40).astype(np.int32), 900)
   sizes[:, 1] = sizes[:, 2]  # a tie in every batch entry
@@ -364,14 +379,9 @@ def test_vmapped_wgrad_orders_each_batch_entry_by_its_own_group_sizes(batch, gro
   m, k, n = int(sizes.sum(1).max()) + 5, 64, 128
   x = jnp.asarray(rng.standard_normal((batch, m, k)), jnp.bfloat16)
   dy = jnp.asarray(rng.standard_normal((batch, m, n)), jnp.bfloat16)
-  dims = jax.lax.RaggedDotDimensionNumbers(
-      dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
-      rhs_group_dimensions=[])
-  wgrad = jax.vmap(lambda a, b, s: jgg.ragged_dot_general(a, b, s, dims))
-  out = jax.jit(wgrad)(x, dy, jnp.asarray(sizes))
-  f64 = lambda a: np.asarray(a.astype(jnp.float32), np.float64)
+  out = jax.jit(jax.vmap(_wgrad()))(x, dy, jnp.asarray(sizes))
   for b in range(batch):
-    expected = reference.ragged_k(f64(x[b]), f64(dy[b]), sizes[b], groups)
+    expected = reference.ragged_k(_f64(x[b]), _f64(dy[b]), sizes[b], groups)
     assert reference.relative_error(out[b], expected) < 1e-2, b
     assert np.all(np.asarray(out[b])[sizes[b] == 0] == 0), b
 

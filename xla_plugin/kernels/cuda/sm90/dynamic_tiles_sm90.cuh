@@ -10,7 +10,8 @@
 // one, so the long tiles start in the first rounds and the short ones fill in around them
 // (list scheduling, longest first). Forward and dgrad keep the static order: their tiles
 // are equal, and their L2 reuse rests on the tiles in flight being consecutive
-// (docs/PERFORMANCE.md, 2026-11-28).
+// (docs/PERFORMANCE.md, 2026-11-28). So does a wgrad whose contractions are even
+// (TilesGoOnDemand below): there the ticket costs about as much as it balances.
 //
 // The two CTAs of a 2x1 cluster must compute the same tile (their operands arrive by
 // multicast). Rank 0's scheduler warp takes the ticket and writes it, tagged with its
@@ -26,7 +27,9 @@
 // stages: the kernel takes its pipeline's stages from the scheduler type.
 //
 // The scheduler is swapped in through the problem shape type, as the tail split's is
-// (tail_split_sm90.cuh); tile_counter == nullptr keeps CUTLASS's static order.
+// (tail_split_sm90.cuh); tile_counter == nullptr keeps CUTLASS's static order, and so do
+// contractions too even for `when`, decided by the scheduler warp from the problems the
+// preparation wrote (the same on every CTA).
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_DYNAMIC_TILES_SM90_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_DYNAMIC_TILES_SM90_CUH_
 
@@ -37,17 +40,34 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "xla_plugin/kernels/cuda/sm90/group_scheduler_sm90.cuh"
 
 namespace jgg::cuda::sm90 {
+
+// Which wgrad GEMMs hand their tiles out on demand: none (JGG_SM90_WGRAD_TILES=static), those
+// whose contractions are uneven (the default), or all (JGG_SM90_WGRAD_TILES=demand, A/B runs).
+enum class OnDemand { kNever, kUneven, kAlways };
+
+// Uneven: over the problems with tiles, the longest contraction more than 1.5 times the mean.
+// The uniform anchors' routings lie at 1.05-1.15, where the ticket and the mailbox cost qwen3-30b
+// 0.9% against the static order in group order; the Zipf anchors' at 3.4-35, where tiles on
+// demand, largest first, gain up to 20% (docs/PERFORMANCE.md, 2026-11-30).
+CUTLASS_HOST_DEVICE constexpr bool TilesGoOnDemand(OnDemand when, int64_t problems, int64_t sum,
+                                                   int64_t longest) {
+  return when == OnDemand::kAlways ||
+         (when == OnDemand::kUneven && 2 * longest * problems > 3 * sum);
+}
 
 template <class Underlying>
 struct DynamicTilesProblemShape : cutlass::gemm::GroupProblemShape<Underlying> {
   unsigned long long* tile_counter = nullptr;  // zeroed by the preparation; null: static order
+  OnDemand when = OnDemand::kNever;
 };
 
 inline constexpr int kLookahead = 2;
 inline constexpr int kMailboxSlots = 32;
-// Shared memory the kernel asks for beyond CUTLASS's storage (WithMailbox, grouped_gemm_sm90.cuh).
+// Shared memory the kernel asks for beyond CUTLASS's storage (GroupedGemm's kExtraSharedBytes,
+// grouped_gemm_sm90.cuh).
 inline constexpr int kMailboxBytes = kMailboxSlots * 8;
 
 // This CTA's mailbox: the last kMailboxBytes of its dynamic shared memory (past CUTLASS's
@@ -83,11 +103,7 @@ struct DynamicTileScheduler
   CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape cluster) {
     grid_ = uint64_t(gridDim.x) * gridDim.y * gridDim.z;
     cluster_ctas_ = uint64_t(cute::size(cluster));
-    const uint64_t unit = this->scheduler_params.raster_order_ ==
-                                  cutlass::gemm::kernel::detail::RasterOrder::AlongN
-                              ? uint64_t(blockIdx.x) + uint64_t(blockIdx.y) * gridDim.x
-                              : uint64_t(blockIdx.x) * gridDim.y + blockIdx.y;
-    offset_in_cluster_ = unit % cluster_ctas_;
+    offset_in_cluster_ = FirstLinearUnit(this->scheduler_params.raster_order_) % cluster_ctas_;
     return Base::initial_work_tile_info(cluster);
   }
 
@@ -95,10 +111,9 @@ struct DynamicTileScheduler
   template <class Pipeline, class PipelineState>
   CUTLASS_DEVICE auto advance_to_next_work(Pipeline& pipeline, PipelineState state,
                                            uint32_t advance_count = 1) {
-    unsigned long long* counter = this->scheduler_params.problem_shapes_.tile_counter;
-    if (counter == nullptr) return Base::advance_to_next_work(pipeline, state, advance_count);
+    if (!TilesOnDemand()) return Base::advance_to_next_work(pipeline, state, advance_count);
     pipeline.producer_acquire(state);  // first: the ticket is taken when a slot is free
-    const uint64_t ticket = ClusterTicket(counter);
+    const uint64_t ticket = ClusterTicket(this->scheduler_params.problem_shapes_.tile_counter);
     // Tickets count clusters past the first round; a cluster's CTAs keep their offsets in it.
     const WorkTileInfo work =
         this->get_current_work_for_linear_idx(grid_ + ticket * cluster_ctas_ + offset_in_cluster_);
@@ -111,6 +126,31 @@ struct DynamicTileScheduler
   }
 
  private:
+  // Whether this GEMM's tiles go on demand; decided at the scheduler warp's first call (the
+  // whole warp), from the problems the preparation wrote.
+  CUTLASS_DEVICE bool TilesOnDemand() {
+    if (on_demand_ < 0) {
+      const auto& shapes = this->scheduler_params.problem_shapes_;
+      int64_t problems = 0, sum = 0;
+      int longest = 0;
+      if (shapes.tile_counter != nullptr) {
+        ForEachProblemWithTiles(shapes, [&](int, int, int k) {
+          ++problems;
+          sum += k;
+          longest = k > longest ? k : longest;
+        });
+      }
+#pragma unroll
+      for (int d = 16; d > 0; d /= 2) {
+        problems += __shfl_xor_sync(0xffffffffu, problems, d);
+        sum += __shfl_xor_sync(0xffffffffu, sum, d);
+        longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, d));
+      }
+      on_demand_ = problems > 0 && TilesGoOnDemand(shapes.when, problems, sum, longest);
+    }
+    return on_demand_ > 0;
+  }
+
   // The cluster's next ticket, the same on each of its CTAs; the whole scheduler warp.
   CUTLASS_DEVICE uint64_t ClusterTicket(unsigned long long* counter) {
     const int slot = static_cast<int>(sequence_ % kMailboxSlots);
@@ -144,6 +184,7 @@ struct DynamicTileScheduler
   }
 
   uint64_t grid_ = 1, cluster_ctas_ = 1, offset_in_cluster_ = 0, sequence_ = 0;
+  int on_demand_ = -1;  // -1: not yet decided
 };
 
 }  // namespace jgg::cuda::sm90

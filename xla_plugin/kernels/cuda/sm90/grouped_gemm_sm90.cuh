@@ -292,56 +292,52 @@ __global__ void __launch_bounds__(Problems::kPrepareThreads)
   cute::tma_descriptor_fence_release();  // the GEMM reads them through the tensormap proxy
 }
 
+// The A/B switches below are read once per process (each caller's static).
+inline bool EnvironmentSays(const char* name, const char* value) {
+  const char* set = std::getenv(name);
+  return set != nullptr && std::strcmp(set, value) == 0;
+}
+
 // Tile order of the persistent group scheduler: along M (CUTLASS's default) unless
-// JGG_SM90_RASTER=n, for tuning runs; read once per process. Swizzle stays 1: without
-// host problem shapes CUTLASS sizes its swizzle from a (sm_count x 1) grid, so any
-// larger max_swizzle_size is ignored, and where it were not, each group's tile counts
-// would be rounded up to it (padding tiles that compute nothing).
+// JGG_SM90_RASTER=n, for tuning runs. Swizzle stays 1: without host problem shapes CUTLASS
+// sizes its swizzle from a (sm_count x 1) grid, so any larger max_swizzle_size is ignored,
+// and where it were not, each group's tile counts would be rounded up to it (padding tiles
+// that compute nothing).
 inline bool RasterAlongN() {
-  static const bool value = [] {
-    const char* raster = std::getenv("JGG_SM90_RASTER");
-    return raster != nullptr && raster[0] == 'n';
-  }();
+  static const bool value = EnvironmentSays("JGG_SM90_RASTER", "n");
   return value;
 }
 
-// Whether wgrad's problems run largest first (ragged_problems_sm90.cuh): yes, unless
-// JGG_SM90_WGRAD_ORDER=groups, for A/B runs; read once per process.
-inline bool WgradLargestFirst() {
-  static const bool value = [] {
-    const char* order = std::getenv("JGG_SM90_WGRAD_ORDER");
-    return order == nullptr || std::strcmp(order, "groups") != 0;
-  }();
+// Which wgrad GEMMs take their tiles on demand (dynamic_tiles_sm90.cuh): those whose
+// contractions are uneven, unless JGG_SM90_WGRAD_TILES=static (none) or =demand (all).
+inline OnDemand WgradTilesOnDemand() {
+  static const OnDemand value = EnvironmentSays("JGG_SM90_WGRAD_TILES", "static")   ? OnDemand::kNever
+                                : EnvironmentSays("JGG_SM90_WGRAD_TILES", "demand") ? OnDemand::kAlways
+                                                                                    : OnDemand::kUneven;
+  return value;
+}
+
+// Which wgrad batch entries run their problems largest first (ragged_problems_sm90.cuh): those
+// whose tiles would go on demand (with static tiles: those uneven), unless
+// JGG_SM90_WGRAD_ORDER=groups (none).
+inline OnDemand WgradLargestFirst() {
+  static const OnDemand value = EnvironmentSays("JGG_SM90_WGRAD_ORDER", "groups") ? OnDemand::kNever
+                                : WgradTilesOnDemand() == OnDemand::kAlways       ? OnDemand::kAlways
+                                                                                  : OnDemand::kUneven;
   return value;
 }
 
 // Whether the GEMM is launched as a programmatic dependent of its preparation (default), or,
-// with JGG_SM90_PDL=0, after it the ordinary way: for A/B runs; read once per process.
+// with JGG_SM90_PDL=0, after it the ordinary way: for A/B runs.
 inline bool LaunchAfterPreparation() {
-  static const bool value = [] {
-    const char* pdl = std::getenv("JGG_SM90_PDL");
-    return pdl == nullptr || pdl[0] != '0';
-  }();
+  static const bool value = !EnvironmentSays("JGG_SM90_PDL", "0");
   return value;
 }
 
 // Whether a GEMM may split its last round of tiles (tail_split_sm90.cuh): yes, unless
-// JGG_SM90_TAIL_SPLIT=0, for A/B runs; read once per process.
+// JGG_SM90_TAIL_SPLIT=0, for A/B runs.
 inline bool TailSplitAllowed() {
-  static const bool value = [] {
-    const char* split = std::getenv("JGG_SM90_TAIL_SPLIT");
-    return split == nullptr || split[0] != '0';
-  }();
-  return value;
-}
-
-// Whether wgrad hands its tiles out on demand (dynamic_tiles_sm90.cuh): yes, unless
-// JGG_SM90_WGRAD_TILES=static, for A/B runs; read once per process.
-inline bool TilesOnDemandAllowed() {
-  static const bool value = [] {
-    const char* tiles = std::getenv("JGG_SM90_WGRAD_TILES");
-    return tiles == nullptr || std::strcmp(tiles, "static") != 0;
-  }();
+  static const bool value = !EnvironmentSays("JGG_SM90_TAIL_SPLIT", "0");
   return value;
 }
 
@@ -355,7 +351,7 @@ SchedulerScratch SchedulerScratchOf(const GroupedLaunch& launch, int64_t count) 
   if (count > kProblemsPerGroupedGemm) return scratch;
   if (G::kTailSplit && launch.tail_split != nullptr && TailSplitAllowed())
     scratch.tail_split_flags = reinterpret_cast<int32_t*>(launch.tail_split);
-  if (G::kTilesOnDemand && TilesOnDemandAllowed()) {
+  if (G::kTilesOnDemand && WgradTilesOnDemand() != OnDemand::kNever) {
     scratch.tile_counter = reinterpret_cast<unsigned long long*>(
         static_cast<char*>(launch.cutlass_workspace) + kCutlassWorkspaceBytes - kTileCounterBytes);
   }
@@ -396,6 +392,7 @@ cudaError_t InitializeGemm(typename G::Gemm& gemm, const ProblemArrays<G>& array
   }
   if constexpr (G::kTilesOnDemand) {
     args.problem_shape.tile_counter = scratch.tile_counter;  // null: CUTLASS's order
+    args.problem_shape.when = WgradTilesOnDemand();
   }
   args.mainloop = {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b};
   SetPlainEpilogue(args, arrays.d, arrays.stride_d);

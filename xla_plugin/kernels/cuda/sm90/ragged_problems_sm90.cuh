@@ -69,18 +69,20 @@ struct RaggedMProblems : RaggedProblems<RaggedMProblem> {
 // caller: empty groups always are, since a GEMM with K = 0 has no defined
 // epilogue in CUTLASS.
 //
-// With largest_first, a batch entry's problems are ordered by rows, most first (ties in
-// group order). A wgrad tile's mainloop runs over its group's rows, and CUTLASS's persistent
-// scheduler hands CTA c the tiles c, c + grid, ... whatever they cost: in group order a
-// skewed routing's few long tiles can fall late and leave most CTAs idle at the end, where
-// largest first puts them in the first rounds and ends on short tiles.
+// A batch entry's problems run in order of rows, most first (ties in group order), where its
+// contractions and `largest_first` send its tiles on demand (TilesGoOnDemand,
+// dynamic_tiles_sm90.cuh).
+// A wgrad tile's mainloop runs over its group's rows, and a persistent scheduler hands out
+// tiles in problem order: in group order a skewed routing's few long tiles can fall late and
+// leave most CTAs idle at the end, where largest first puts them in the first rounds and ends
+// on short tiles. An even routing keeps group order.
 template <class T, class O>
 struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
   // Ranking by a linear scan per group costs G^2 / kPrepareThreads reads of the schedule
   // (L1 hits): a few microseconds at this many groups; larger calls keep group order.
   static constexpr int64_t kMaxOrderedGroups = 1024;
   int left_rows;
-  bool largest_first;
+  OnDemand largest_first;
 
   int prepare_parts() const { return 1; }
 
@@ -88,15 +90,23 @@ struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
 
   __device__ int64_t Position(int64_t g, int64_t b) const {
     const int64_t groups = this->p.num_local_groups;
-    if (!largest_first || groups > kMaxOrderedGroups) return RaggedProblems<RaggedKProblem>::Position(g, b);
+    const int64_t in_group_order = RaggedProblems<RaggedKProblem>::Position(g, b);
+    if (largest_first == OnDemand::kNever || groups > kMaxOrderedGroups) return in_group_order;
     const RaggedSchedule s = this->Schedule(b);
     const int64_t rows = s.row_begin[g + 1] - s.row_begin[g];
-    int64_t rank = 0, begin = s.row_begin[0];
+    // The rank of g, and the contractions of the problems with tiles (rows > left_rows).
+    int64_t rank = 0, with_tiles = 0, sum = 0, longest = 0, begin = s.row_begin[0];
     for (int64_t j = 0; j < groups; ++j) {
-      const int64_t end = s.row_begin[j + 1];
-      rank += end - begin > rows || (end - begin == rows && j < g);
+      const int64_t end = s.row_begin[j + 1], length = end - begin;
+      rank += length > rows || (length == rows && j < g);
+      if (length > left_rows) {
+        ++with_tiles;
+        sum += length;
+        longest = length > longest ? length : longest;
+      }
       begin = end;
     }
+    if (!TilesGoOnDemand(largest_first, with_tiles, sum, longest)) return in_group_order;
     return rank * this->p.batch + b;
   }
 

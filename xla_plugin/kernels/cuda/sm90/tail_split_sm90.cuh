@@ -41,6 +41,7 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "xla_plugin/common/workspace.h"
+#include "xla_plugin/kernels/cuda/sm90/group_scheduler_sm90.cuh"
 
 namespace jgg::cuda::sm90 {
 
@@ -148,10 +149,7 @@ struct TailSplitScheduler
   template <class ClusterShape>
   CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape) {
     grid_ = uint64_t(gridDim.x) * gridDim.y * gridDim.z;
-    unit_ = this->scheduler_params.raster_order_ ==
-                    cutlass::gemm::kernel::detail::RasterOrder::AlongN
-                ? uint64_t(blockIdx.x) + uint64_t(blockIdx.y) * gridDim.x
-                : uint64_t(blockIdx.x) * gridDim.y + blockIdx.y;
+    unit_ = FirstLinearUnit(this->scheduler_params.raster_order_);
     Plan();
     return WorkOfUnit(unit_);
   }
@@ -209,14 +207,11 @@ struct TailSplitScheduler
     const auto& cta = this->scheduler_params.cta_shape_;
     uint64_t tiles = 0;
     int k_min = INT_MAX, k_max = 0;
-    for (int g = threadIdx.x % 32; g < shapes.groups(); g += 32) {
-      const auto s = shapes.get_problem_shape(g);
-      const int m = cute::get<0>(s), n = cute::get<1>(s), k = cute::get<2>(s);
-      if (m <= 0 || n <= 0) continue;
+    ForEachProblemWithTiles(shapes, [&](int m, int n, int k) {
       tiles += uint64_t((m + cta.m() - 1) / cta.m()) * uint64_t((n + cta.n() - 1) / cta.n());
       k_min = k < k_min ? k : k_min;
       k_max = k > k_max ? k : k_max;
-    }
+    });
 #pragma unroll
     for (int d = 16; d > 0; d /= 2) {
       tiles += __shfl_xor_sync(0xffffffffu, tiles, d);
