@@ -366,12 +366,13 @@ def test_wgrad_past_the_first_round_covers_every_tile_of_each_cluster(routing):
 
 
 @requires_gpu
-@pytest.mark.parametrize("batch, groups", [(3, 6), (3, 400)], ids=["one_gemm", "several_gemms"])
+@pytest.mark.parametrize("batch, groups", [(3, 6), (3, 400), (1, 1024), (1, 1025)],
+                         ids=["one_gemm", "several_gemms", "most_ranked_groups", "too_many_to_rank"])
 def test_vmapped_wgrad_orders_each_batch_entry_by_its_own_group_sizes(batch, groups):
   """Wgrad's problems run largest first within each batch entry whose routing is skewed, its
-  tiles on demand (sm90/dynamic_tiles_sm90.cuh); a call of more than 1024 problems runs as
-  several GEMMs in CUTLASS's order. Skewed sizes with ties, empty and streamed (<= 8 rows)
-  groups."""
+  tiles on demand (sm90/dynamic_tiles_sm90.cuh): ranked among up to 1024 groups, several per
+  preparation thread; a call of more than 1024 problems runs as several GEMMs in CUTLASS's
+  order. Skewed sizes with ties, empty and streamed (<= 8 rows) groups."""
   rng = np.random.default_rng(groups)
   sizes = np.minimum((rng.pareto(1.2, (batch, groups)) * 40).astype(np.int32), 900)
   sizes[:, 1] = sizes[:, 2]  # a tie in every batch entry

@@ -71,42 +71,76 @@ struct RaggedMProblems : RaggedProblems<RaggedMProblem> {
 //
 // A batch entry's problems run in order of rows, most first (ties in group order), where its
 // contractions and `largest_first` send its tiles on demand (TilesGoOnDemand,
-// dynamic_tiles_sm90.cuh).
-// A wgrad tile's mainloop runs over its group's rows, and a persistent scheduler hands out
-// tiles in problem order: in group order a skewed routing's few long tiles can fall late and
-// leave most CTAs idle at the end, where largest first puts them in the first rounds and ends
-// on short tiles. An even routing keeps group order.
+// dynamic_tiles_sm90.cuh): a wgrad tile's mainloop runs over its group's rows, and a
+// persistent scheduler hands out tiles in problem order, so in group order a skewed routing's
+// few long tiles can fall late and leave most CTAs idle at the end, where largest first puts
+// them in the first rounds and ends on short tiles. An even routing keeps group order.
 template <class T, class O>
 struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
-  // Ranking by a linear scan per group costs G^2 / kPrepareThreads reads of the schedule
-  // (L1 hits): a few microseconds at this many groups; larger calls keep group order.
-  static constexpr int64_t kMaxOrderedGroups = 1024;
+  // Each group's rank is a scan of the batch entry's group lengths in shared memory: G / 256
+  // scans of G broadcast reads per thread, about a microsecond at this many groups; larger
+  // calls keep group order.
+  static constexpr int kMaxOrderedGroups = 1024;
   int left_rows;
   OnDemand largest_first;
 
+  // What PrepareBatch stages for Position, in block 0's shared memory.
+  struct Ranking {
+    int32_t rows[kMaxOrderedGroups];  // each group's
+    uint32_t with_tiles, sum, longest;  // over the groups with tiles (rows > left_rows)
+    bool ordered;                       // largest first
+  };
+  static __device__ Ranking& Staged() {
+    __shared__ Ranking ranking;
+    return ranking;
+  }
+
   int prepare_parts() const { return 1; }
 
-  __device__ void PrepareBatch(int64_t b, int64_t, int64_t) const { this->WriteSchedule(b); }
+  __device__ bool MayOrder() const {
+    return largest_first != OnDemand::kNever && this->p.num_local_groups <= kMaxOrderedGroups;
+  }
+
+  __device__ void PrepareBatch(int64_t b, int64_t, int64_t) const {
+    this->WriteSchedule(b);
+    if (!MayOrder()) return;
+    Ranking& r = Staged();
+    if (threadIdx.x == 0) r.with_tiles = r.sum = r.longest = 0;
+    __syncthreads();  // the schedule and the zeroed totals, before the reads and sums below
+    const RaggedSchedule s = this->Schedule(b);
+    // Lengths <= rows <= INT32_MAX (LaunchRaggedK), so their sum fits 32 bits.
+    uint32_t with_tiles = 0, sum = 0, longest = 0;
+    for (int64_t j = threadIdx.x; j < this->p.num_local_groups; j += blockDim.x) {
+      const uint32_t rows = static_cast<uint32_t>(s.row_begin[j + 1] - s.row_begin[j]);
+      r.rows[j] = static_cast<int32_t>(rows);
+      if (rows > static_cast<uint32_t>(left_rows)) {
+        ++with_tiles;
+        sum += rows;
+        longest = rows > longest ? rows : longest;
+      }
+    }
+    with_tiles = __reduce_add_sync(0xffffffffu, with_tiles);
+    sum = __reduce_add_sync(0xffffffffu, sum);
+    longest = __reduce_max_sync(0xffffffffu, longest);
+    if (threadIdx.x % 32 == 0) {
+      atomicAdd(&r.with_tiles, with_tiles);
+      atomicAdd(&r.sum, sum);
+      atomicMax(&r.longest, longest);
+    }
+    __syncthreads();  // the totals, before thread 0 reads them
+    if (threadIdx.x == 0) r.ordered = TilesGoOnDemand(largest_first, r.with_tiles, r.sum, r.longest);
+    // PrepareProblemsKernel syncs the block before Position.
+  }
 
   __device__ int64_t Position(int64_t g, int64_t b) const {
-    const int64_t groups = this->p.num_local_groups;
     const int64_t in_group_order = RaggedProblems<RaggedKProblem>::Position(g, b);
-    if (largest_first == OnDemand::kNever || groups > kMaxOrderedGroups) return in_group_order;
-    const RaggedSchedule s = this->Schedule(b);
-    const int64_t rows = s.row_begin[g + 1] - s.row_begin[g];
-    // The rank of g, and the contractions of the problems with tiles (rows > left_rows).
-    int64_t rank = 0, with_tiles = 0, sum = 0, longest = 0, begin = s.row_begin[0];
-    for (int64_t j = 0; j < groups; ++j) {
-      const int64_t end = s.row_begin[j + 1], length = end - begin;
-      rank += length > rows || (length == rows && j < g);
-      if (length > left_rows) {
-        ++with_tiles;
-        sum += length;
-        longest = length > longest ? length : longest;
-      }
-      begin = end;
-    }
-    if (!TilesGoOnDemand(largest_first, with_tiles, sum, longest)) return in_group_order;
+    if (!MayOrder() || !Staged().ordered) return in_group_order;
+    const Ranking& r = Staged();
+    const int32_t rows = r.rows[g];
+    const int groups = static_cast<int>(this->p.num_local_groups);
+    int rank = 0;
+#pragma unroll 8
+    for (int j = 0; j < groups; ++j) rank += r.rows[j] > rows || (r.rows[j] == rows && j < g);
     return rank * this->p.batch + b;
   }
 
