@@ -131,6 +131,7 @@ _TUNING_OVERRIDES = {
                                           "JGG_SM90_WGRAD_ORDER": "groups"},
     "wgrad_tiles_on_demand_in_group_order": {"JGG_SM90_WGRAD_ORDER": "groups"},
     "wgrad_tiles_always_on_demand": {"JGG_SM90_WGRAD_TILES": "demand"},
+    "wgrad_tiles_on_demand_where_uneven": {"JGG_SM90_WGRAD_TILES": "uneven"},
 }
 
 
@@ -335,12 +336,14 @@ def test_wgrad_streams_few_row_groups_beside_tensor_core_groups(in_dtype, out_dt
   assert np.all(np.asarray(out)[[g for g, s in enumerate(sizes) if s == 0]] == 0)
 
 
-# Group sizes of the two wgrad schedules (sm90/dynamic_tiles_sm90.cuh): over the groups with
-# tiles (> 8 rows), the longest 3.4x the mean (tiles on demand, largest first) and 1.07x (the
-# static order, in group order).
+# Group sizes of the wgrad schedules (TilesGoOnDemand, sm90/dynamic_tiles_sm90.cuh), over the
+# groups with tiles (> 8 rows): the longest 3.4x the mean (uneven: tiles on demand, largest
+# first); 1.07x the mean of 676 rows (the static order, in group order); 1.06x the mean of
+# 1085 rows (long: on demand).
 _WGRAD_ROUTINGS = {
     "skewed": [1500, 9, 0, 640, 3, 200, 1500, 77, 310, 1, 2600, 40],
     "even": [700, 650, 0, 720, 690, 600, 710, 3, 680, 705, 640, 660],
+    "even_long": [1100, 1050, 0, 1150, 1080, 1030, 1120, 3, 1090, 1130, 1040, 1060],
 }
 
 
@@ -348,7 +351,8 @@ _WGRAD_ROUTINGS = {
 @pytest.mark.parametrize("routing", _WGRAD_ROUTINGS)
 def test_wgrad_past_the_first_round_covers_every_tile_of_each_cluster(routing):
   """Wgrad runs on 2x1 clusters whose two CTAs take a cluster's two row tiles, past the first
-  round from a ticket they share (skewed routings) or from CUTLASS's static order (even ones):
+  round from a ticket they share (skewed or long contractions) or from CUTLASS's static order
+  (even and short ones):
   with P = 640 rows of output (five 128-row tiles, the last cluster's second half padding) and
   N = 1280 (five column tiles), there are more tiles than SMs. Every group is checked whole
   against float64."""

@@ -10,7 +10,7 @@
 // one, so the long tiles start in the first rounds and the short ones fill in around them
 // (list scheduling, longest first). Forward and dgrad keep the static order: their tiles
 // are equal, and their L2 reuse rests on the tiles in flight being consecutive
-// (docs/PERFORMANCE.md, 2026-11-28). So does a wgrad whose contractions are even
+// (docs/PERFORMANCE.md, 2026-11-28). So does a wgrad whose contractions are even and short
 // (TilesGoOnDemand below): there the ticket costs about as much as it balances.
 //
 // The two CTAs of a 2x1 cluster must compute the same tile (their operands arrive by
@@ -28,7 +28,7 @@
 //
 // The scheduler is swapped in through the problem shape type, as the tail split's is
 // (tail_split_sm90.cuh); tile_counter == nullptr keeps CUTLASS's static order, and so do
-// contractions too even for `when`, decided by the scheduler warp from the problems the
+// contractions too even and short for `when`, decided by the scheduler warp from the problems the
 // preparation wrote (the same on every CTA).
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_DYNAMIC_TILES_SM90_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_DYNAMIC_TILES_SM90_CUH_
@@ -45,17 +45,25 @@
 namespace jgg::cuda::sm90 {
 
 // Which wgrad GEMMs hand their tiles out on demand: none (JGG_SM90_WGRAD_TILES=static), those
-// whose contractions are uneven (the default), or all (JGG_SM90_WGRAD_TILES=demand, A/B runs).
-enum class OnDemand { kNever, kUneven, kAlways };
+// whose contractions are uneven (=uneven), those whose contractions are uneven or long (the
+// default), or all (=demand). The overrides are for A/B runs.
+enum class OnDemand { kNever, kUneven, kUnevenOrLong, kAlways };
 
-// Uneven: over the problems with tiles, the longest contraction more than 1.5 times the mean.
-// The uniform anchors' routings lie at 1.05-1.15, where the ticket and the mailbox cost qwen3-30b
-// 0.9% against the static order in group order; the Zipf anchors' at 3.4-35, where tiles on
-// demand, largest first, gain up to 20% (docs/PERFORMANCE.md, 2026-11-30).
+// Over the problems with tiles, uneven: the longest contraction more than 1.5 times the mean;
+// long: a mean of at least kLongContraction rows. The uniform anchors' routings lie at
+// 1.03-1.11 times the mean. Where their tiles are short (qwen3-30b, 512 rows: 8 k-tiles) the
+// ticket and the mailbox cost 0.4-1.2% against the static order in group order; where they
+// are long (deepseek-ep8 1024 rows, mixtral 2048) they cost little beside a tile, and
+// balancing the last rounds gained 0.3-2.1%. The Zipf anchors' routings lie at 3.4-35, where
+// tiles on demand, largest first, gain up to 20% (docs/PERFORMANCE.md, 2026-11-30).
+inline constexpr int64_t kLongContraction = 1024;
+
 CUTLASS_HOST_DEVICE constexpr bool TilesGoOnDemand(OnDemand when, int64_t problems, int64_t sum,
                                                    int64_t longest) {
-  return when == OnDemand::kAlways ||
-         (when == OnDemand::kUneven && 2 * longest * problems > 3 * sum);
+  const bool uneven = 2 * longest * problems > 3 * sum;
+  const bool long_tiles = sum >= kLongContraction * problems;
+  return when == OnDemand::kAlways || (when == OnDemand::kUneven && uneven) ||
+         (when == OnDemand::kUnevenOrLong && (uneven || long_tiles));
 }
 
 template <class Underlying>

@@ -309,21 +309,23 @@ inline bool RasterAlongN() {
 }
 
 // Which wgrad GEMMs take their tiles on demand (dynamic_tiles_sm90.cuh): those whose
-// contractions are uneven, unless JGG_SM90_WGRAD_TILES=static (none) or =demand (all).
+// contractions are uneven or long, unless JGG_SM90_WGRAD_TILES=static (none), =uneven (those
+// uneven) or =demand (all).
 inline OnDemand WgradTilesOnDemand() {
   static const OnDemand value = EnvironmentSays("JGG_SM90_WGRAD_TILES", "static")   ? OnDemand::kNever
+                                : EnvironmentSays("JGG_SM90_WGRAD_TILES", "uneven") ? OnDemand::kUneven
                                 : EnvironmentSays("JGG_SM90_WGRAD_TILES", "demand") ? OnDemand::kAlways
-                                                                                    : OnDemand::kUneven;
+                                                                                    : OnDemand::kUnevenOrLong;
   return value;
 }
 
 // Which wgrad batch entries run their problems largest first (ragged_problems_sm90.cuh): those
-// whose tiles would go on demand (with static tiles: those uneven), unless
+// whose tiles would go on demand (with static tiles: those uneven or long), unless
 // JGG_SM90_WGRAD_ORDER=groups (none).
 inline OnDemand WgradLargestFirst() {
   static const OnDemand value = EnvironmentSays("JGG_SM90_WGRAD_ORDER", "groups") ? OnDemand::kNever
-                                : WgradTilesOnDemand() == OnDemand::kAlways       ? OnDemand::kAlways
-                                                                                  : OnDemand::kUneven;
+                                : WgradTilesOnDemand() == OnDemand::kNever        ? OnDemand::kUnevenOrLong
+                                                                                  : WgradTilesOnDemand();
   return value;
 }
 
