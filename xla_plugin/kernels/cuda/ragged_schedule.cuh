@@ -62,10 +62,52 @@ __device__ inline LocalWindow LocalWindowOf(const int32_t* group_sizes,
           MinI64(num_global_groups, first + num_local_groups)};
 }
 
-// Writes batch entry b's RaggedSchedule (the same as ComputeRaggedSchedule in
-// ragged_layout.h) by two block-wide scans, so hundreds of groups cost a few
-// microseconds instead of a serial walk of dependent loads. Counts tiles of
-// `tile_rows` rows.
+// Calls at(j, row_begin[j]) for every row boundary j in [0, num_local_groups] of a batch
+// entry's schedule (the same as ComputeRaggedSchedule in ragged_layout.h), by a block-wide
+// scan, so hundreds of groups cost a few microseconds instead of a serial walk of dependent
+// loads: row_begin[j] = min(rows, prefix sum of clamped sizes of global groups [0, first + j)).
+template <class At>
+__device__ inline void ForEachRowBegin(const LocalWindow& w, int64_t num_local_groups,
+                                       int64_t rows, At at) {
+  const int64_t chunk = CeilDiv(w.last, kScheduleThreads);
+  const int64_t lo = MinI64(w.last, threadIdx.x * chunk), hi = MinI64(w.last, lo + chunk);
+  int64_t local = 0;
+  for (int64_t i = lo; i < hi; ++i) local += ClampedSize(w.sizes[i]);
+  int64_t total = 0;
+  int64_t run = BlockExclusiveScan(local, &total);
+  for (int64_t i = lo; i < hi; ++i) {
+    if (i >= w.first) at(i - w.first, MinI64(rows, run));
+    run += ClampedSize(w.sizes[i]);
+  }
+  for (int64_t j = w.last - w.first + threadIdx.x; j <= num_local_groups; j += kScheduleThreads)
+    at(j, MinI64(rows, total));  // boundaries at and past the last real group
+}
+
+// Row boundaries row_begin[lo .. hi] of a batch entry's schedule into `begin` (hi - lo <=
+// kMaxGroups), by one block reduction: for a block that needs only those (a few problems of
+// the preparation) and should not wait for the whole schedule.
+template <int kMaxGroups>
+__device__ inline void SliceRowBegins(const LocalWindow& w, int64_t rows, int64_t lo, int64_t hi,
+                                      int64_t* begin) {
+  const int64_t before_lo = MinI64(w.last, w.first + lo);  // global groups before local group lo
+  int64_t sum = 0;
+  for (int64_t i = threadIdx.x; i < before_lo; i += kScheduleThreads) sum += ClampedSize(w.sizes[i]);
+  int64_t total = 0;
+  BlockExclusiveScan(sum, &total);
+  const int64_t t = threadIdx.x;
+  if (t <= hi - lo) {
+    int64_t row = total;
+#pragma unroll
+    for (int64_t j = 0; j < kMaxGroups; ++j) {
+      const int64_t g = w.first + lo + j;
+      if (j < t && g < w.last) row += ClampedSize(w.sizes[g]);
+    }
+    begin[t] = MinI64(rows, row);
+  }
+}
+
+// Writes batch entry b's RaggedSchedule (ComputeRaggedSchedule in ragged_layout.h) by two
+// block-wide scans. Counts tiles of `tile_rows` rows.
 __device__ inline void WriteBatchSchedule(const int32_t* group_sizes, const int32_t* group_offset,
                                           int64_t num_global_groups, int64_t num_local_groups,
                                           int64_t rows, int64_t tile_rows, void* workspace,
@@ -74,30 +116,18 @@ __device__ inline void WriteBatchSchedule(const int32_t* group_sizes, const int3
   const RaggedSchedule s = ScheduleOfBatch(workspace, b, num_local_groups);
   const LocalWindow w =
       LocalWindowOf(group_sizes, group_offset, num_global_groups, num_local_groups, b);
-
-  // Row boundaries: min(rows, prefix sum of clamped sizes of global groups [0, first + j)).
-  const int64_t chunk = CeilDiv(w.last, kScheduleThreads);
-  const int64_t lo = MinI64(w.last, t * chunk), hi = MinI64(w.last, lo + chunk);
-  int64_t local = 0;
-  for (int64_t i = lo; i < hi; ++i) local += ClampedSize(w.sizes[i]);
-  int64_t total = 0;
-  int64_t run = BlockExclusiveScan(local, &total);
-  for (int64_t i = lo; i < hi; ++i) {
-    if (i >= w.first) s.row_begin[i - w.first] = MinI64(rows, run);
-    run += ClampedSize(w.sizes[i]);
-  }
-  for (int64_t j = w.last - w.first + t; j <= num_local_groups; j += kScheduleThreads)
-    s.row_begin[j] = MinI64(rows, total);  // boundaries at and past the last real group
+  ForEachRowBegin(w, num_local_groups, rows, [&](int64_t j, int64_t row) { s.row_begin[j] = row; });
   __syncthreads();  // row_begin is read by other threads below
 
   // Tile boundaries: prefix sum of each local group's own tile count.
   const int64_t chunk2 = CeilDiv(num_local_groups, kScheduleThreads);
   const int64_t lo2 = MinI64(num_local_groups, t * chunk2);
   const int64_t hi2 = MinI64(num_local_groups, lo2 + chunk2);
-  local = 0;
+  int64_t local = 0;
   for (int64_t j = lo2; j < hi2; ++j)
     local += CeilDiv(s.row_begin[j + 1] - s.row_begin[j], tile_rows);
-  run = BlockExclusiveScan(local, &total);
+  int64_t total = 0;
+  int64_t run = BlockExclusiveScan(local, &total);
   for (int64_t j = lo2; j < hi2; ++j) {
     s.tile_begin[j] = run;
     run += CeilDiv(s.row_begin[j + 1] - s.row_begin[j], tile_rows);

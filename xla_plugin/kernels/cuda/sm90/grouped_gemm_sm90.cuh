@@ -158,6 +158,28 @@ struct GroupedGemm {
   using D = ElementOut;
 };
 
+// One problem in CUTLASS's form.
+template <class G>
+struct CutlassProblem {
+  typename G::Shape3 shape;
+  const typename G::A* a;
+  const typename G::A* b;
+  typename G::D* d;
+  typename G::StrideA stride_a;
+  typename G::StrideB stride_b;
+  typename G::StrideD stride_d;
+
+  CUTLASS_HOST_DEVICE static CutlassProblem Of(const ProblemDescription& p) {
+    return {{p.m, p.n, p.k},
+            static_cast<const typename G::A*>(p.a),
+            static_cast<const typename G::A*>(p.b),
+            static_cast<typename G::D*>(p.d),
+            cutlass::make_cute_packed_stride(typename G::StrideA{}, {p.m, p.k, 1}),
+            cutlass::make_cute_packed_stride(typename G::StrideB{}, {p.n, p.k, 1}),
+            cutlass::make_cute_packed_stride(typename G::StrideD{}, {p.m, p.n, 1})};
+  }
+};
+
 // CUTLASS's per-problem argument arrays, carved out of our workspace.
 template <class G>
 struct ProblemArrays {
@@ -185,6 +207,19 @@ struct ProblemArrays {
     return {shapes + first,   a + first,        b + first,       d + first,
             stride_a + first, stride_b + first, stride_d + first};
   }
+
+  CUTLASS_DEVICE void Store(int64_t p, const CutlassProblem<G>& problem) const {
+    shapes[p] = problem.shape;
+    a[p] = problem.a;
+    b[p] = problem.b;
+    d[p] = problem.d;
+    stride_a[p] = problem.stride_a;
+    stride_b[p] = problem.stride_b;
+    stride_d[p] = problem.stride_d;
+  }
+  CUTLASS_DEVICE CutlassProblem<G> Load(int64_t p) const {
+    return {shapes[p], a[p], b[p], d[p], stride_a[p], stride_b[p], stride_d[p]};
+  }
 };
 
 // Where the GEMM's TMA copies of A, B and D want each problem's descriptors, and the copies
@@ -196,25 +231,24 @@ struct ProblemTensormaps {
 
   static constexpr int kOperands = 3;  // A, B, D
 
-  // Writes descriptor `operand` of problem p from `arrays`, unless p has no tiles (no CTA
-  // reads its descriptors then).
-  __device__ void Write(int64_t p, int operand, const ProblemArrays<G>& arrays,
+  // Writes descriptor `operand` of problem p, unless p has no tiles (no CTA reads its
+  // descriptors then).
+  __device__ void Write(int64_t p, int operand, const CutlassProblem<G>& problem,
                         cute::TmaDescriptor& staging) const {
-    const int m = get<0>(arrays.shapes[p]), n = get<1>(arrays.shapes[p]),
-              k = get<2>(arrays.shapes[p]);
+    const int m = get<0>(problem.shape), n = get<1>(problem.shape), k = get<2>(problem.shape);
     if (m == 0 || n == 0) return;
     cute::TmaDescriptor* ab = G::CollectiveMainloop::Descriptors(mainloop, static_cast<int>(p));
     if (operand == 0) {
       WriteDescriptor(mainloop.tma_load_a,
-                      make_tensor(arrays.a[p], make_shape(m, k, Int<1>{}), arrays.stride_a[p]),
+                      make_tensor(problem.a, make_shape(m, k, Int<1>{}), problem.stride_a),
                       staging, ab);
     } else if (operand == 1) {
       WriteDescriptor(mainloop.tma_load_b,
-                      make_tensor(arrays.b[p], make_shape(n, k, Int<1>{}), arrays.stride_b[p]),
+                      make_tensor(problem.b, make_shape(n, k, Int<1>{}), problem.stride_b),
                       staging, ab + 1);
     } else {
       WriteDescriptor(epilogue.tma_store_d,
-                      make_tensor(arrays.d[p], make_shape(m, n, Int<1>{}), arrays.stride_d[p]),
+                      make_tensor(problem.d, make_shape(m, n, Int<1>{}), problem.stride_d),
                       staging, G::CollectiveEpilogue::Descriptors(epilogue, static_cast<int>(p)));
     }
   }
@@ -232,8 +266,10 @@ __global__ void __launch_bounds__(kTensormapThreads)
   __shared__ cute::TmaDescriptor staging[kTensormapThreads];
   constexpr int kOperands = ProblemTensormaps<G>::kOperands;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < kOperands * count)
-    tensormaps.Write(i / kOperands, static_cast<int>(i % kOperands), problems, staging[threadIdx.x]);
+  if (i < kOperands * count) {
+    tensormaps.Write(i / kOperands, static_cast<int>(i % kOperands), problems.Load(i / kOperands),
+                     staging[threadIdx.x]);
+  }
   cute::tma_descriptor_fence_release();  // the GEMM reads them through the tensormap proxy
 }
 
@@ -243,16 +279,29 @@ struct SchedulerScratch {
   unsigned long long* tile_counter = nullptr;  // the next ticket of tiles on demand
 };
 
+// Problems per block of the preparation. Its TMA descriptors are written by tensormap.replace
+// in shared memory, which an SM serializes: 384 descriptors (qwen3-30b's 128 problems) take
+// one block 8.8 us, 48 blocks of 8 take 1.0 us (docs/PERFORMANCE.md, 2026-11-30 fiftieth).
+inline constexpr int kProblemsPerPreparationBlock = 4;
+
 // The one launch before the GEMM. `Problems` describes a grouped launch on the device:
 //   batch(), groups()         problem p = g * batch() + b is group g of batch entry b;
-//   prepare_parts()           blocks per batch entry (host);
+//   kPrepareParts             blocks per batch entry for PrepareBatch;
 //   PrepareBatch(b, x, n)     block x of n of batch entry b prepares it (the schedule,
 //                             zero fills), all kPrepareThreads threads together;
+//   StageGroups(b, lo, hi)    stages in the block's shared memory what the two below need
+//                             for groups [lo, hi) of batch entry b, all threads together;
 //   operator()(g, b)          what group g of batch entry b computes, and
-//   Position(g, b)            its problem index (a permutation of g * batch() + b over g),
-//                             once block 0 has prepared the batch entry.
-// Block 0 of each batch entry then writes that entry's problems in CUTLASS's form, and the
-// TMA descriptors of those among the first GEMM's `first_gemm_problems`.
+//   Position(g, b)            its problem index (a permutation of g * batch() + b over g).
+// The first kPrepareParts blocks of each batch entry prepare it; each further block writes
+// the problems of kProblemsPerPreparationBlock of its groups in CUTLASS's form, and the TMA
+// descriptors of those among the first GEMM's `first_gemm_problems`: one thread per
+// descriptor, from registers.
+template <class Problems>
+int64_t PreparationBlocks(const Problems& problems) {
+  return Problems::kPrepareParts + CeilDiv(problems.groups(), kProblemsPerPreparationBlock);
+}
+
 template <class G, class Problems>
 __global__ void __launch_bounds__(Problems::kPrepareThreads)
     PrepareProblemsKernel(Problems problems, ProblemArrays<G> out, int64_t first_gemm_problems,
@@ -266,28 +315,24 @@ __global__ void __launch_bounds__(Problems::kPrepareThreads)
     }
     if (scratch.tile_counter != nullptr && threadIdx.x == 0) *scratch.tile_counter = 0;
   }
-  const int64_t b = blockIdx.y;
-  problems.PrepareBatch(b, blockIdx.x, gridDim.x);
-  if (blockIdx.x != 0) return;
-  __syncthreads();  // what PrepareBatch wrote is read back below
-  for (int64_t g = threadIdx.x; g < problems.groups(); g += blockDim.x) {
-    const int64_t p = problems.Position(g, b);
-    const ProblemDescription d = problems(g, b);
-    out.shapes[p] = typename G::Shape3{d.m, d.n, d.k};
-    out.a[p] = static_cast<const typename G::A*>(d.a);
-    out.b[p] = static_cast<const typename G::A*>(d.b);
-    out.d[p] = static_cast<typename G::D*>(d.d);
-    out.stride_a[p] = cutlass::make_cute_packed_stride(typename G::StrideA{}, {d.m, d.k, 1});
-    out.stride_b[p] = cutlass::make_cute_packed_stride(typename G::StrideB{}, {d.n, d.k, 1});
-    out.stride_d[p] = cutlass::make_cute_packed_stride(typename G::StrideD{}, {d.m, d.n, 1});
+  const int64_t b = blockIdx.y, parts = Problems::kPrepareParts;
+  if (blockIdx.x < parts) {
+    problems.PrepareBatch(b, blockIdx.x, parts);
+    return;
   }
-  __syncthreads();  // the problems written above are read back below
-  __shared__ cute::TmaDescriptor staging[Problems::kPrepareThreads];
   constexpr int kOperands = ProblemTensormaps<G>::kOperands;
-  for (int64_t i = threadIdx.x; i < kOperands * problems.groups(); i += blockDim.x) {
-    const int64_t p = i / kOperands * problems.batch() + b;
-    if (p < first_gemm_problems)
-      tensormaps.Write(p, static_cast<int>(i % kOperands), out, staging[threadIdx.x]);
+  const int64_t lo = (blockIdx.x - parts) * kProblemsPerPreparationBlock;
+  const int64_t hi = MinI64(problems.groups(), lo + kProblemsPerPreparationBlock);
+  problems.StageGroups(b, lo, hi);
+  __syncthreads();  // what StageGroups staged is read below
+  __shared__ cute::TmaDescriptor staging[kOperands * kProblemsPerPreparationBlock];
+  if (threadIdx.x < kOperands * (hi - lo)) {
+    const int64_t g = lo + threadIdx.x / kOperands;
+    const int operand = static_cast<int>(threadIdx.x % kOperands);
+    const int64_t p = problems.Position(g, b);
+    const CutlassProblem<G> problem = CutlassProblem<G>::Of(problems(g, b));
+    if (operand == 0) out.Store(p, problem);
+    if (p < first_gemm_problems) tensormaps.Write(p, operand, problem, staging[threadIdx.x]);
   }
   cute::tma_descriptor_fence_release();  // the GEMM reads them through the tensormap proxy
 }
@@ -432,7 +477,7 @@ cudaError_t RunGrouped(const Problems& problems, const GroupedLaunch& launch) {
         e != cudaSuccess)
       return e;
   }
-  const dim3 grid(static_cast<unsigned>(problems.prepare_parts()),
+  const dim3 grid(static_cast<unsigned>(PreparationBlocks(problems)),
                   static_cast<unsigned>(problems.batch()));
   PreferSharedMemoryCarveout(PrepareProblemsKernel<G, Problems>);
   PrepareProblemsKernel<G><<<grid, Problems::kPrepareThreads, 0, launch.stream>>>(

@@ -1,7 +1,8 @@
 // How the canonical ragged GEMMs become CUTLASS grouped problems: one problem
 // per (local group, batch entry), computed on the device from the group sizes in
 // the launch before the GEMM (which also writes the schedule and, for RaggedM,
-// zeroes the rows of no group).
+// zeroes the rows of no group). Each block of that launch computes the row boundaries of
+// its own few groups from the group sizes (StageGroups), not from the schedule.
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_RAGGED_PROBLEMS_SM90_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_RAGGED_PROBLEMS_SM90_CUH_
 
@@ -26,26 +27,48 @@ struct RaggedProblems {
   // Problem index of local group g of batch entry b: group order.
   __device__ int64_t Position(int64_t g, int64_t b) const { return g * p.batch + b; }
 
+  // The row boundaries of local groups [lo, hi] of batch entry b, for operator() below.
+  __device__ void StageGroups(int64_t b, int64_t lo, int64_t hi) const {
+    Slice& slice = StagedSlice();
+    if (threadIdx.x == 0) slice.lo = lo;
+    SliceRowBegins<kProblemsPerPreparationBlock>(Window(b), p.rows, lo, hi, slice.row_begin);
+  }
+
  protected:
-  // Row boundaries only (RaggedSchedule::tile_begin counts 1-row tiles): CUTLASS tiles
-  // each problem itself.
+  struct Slice {
+    int64_t lo;
+    int64_t row_begin[kProblemsPerPreparationBlock + 1];
+  };
+  static __device__ Slice& StagedSlice() {
+    __shared__ Slice slice;
+    return slice;
+  }
+  // Rows [begin, end) of a staged local group.
+  struct Rows {
+    int64_t begin, end;
+  };
+  __device__ Rows RowsOf(int64_t g) const {
+    const Slice& slice = StagedSlice();
+    return {slice.row_begin[g - slice.lo], slice.row_begin[g + 1 - slice.lo]};
+  }
+
+  __device__ LocalWindow Window(int64_t b) const {
+    return LocalWindowOf(o.group_sizes, o.group_offset, p.num_global_groups, p.num_local_groups, b);
+  }
+  // Row boundaries only (RaggedSchedule::tile_begin counts 1-row tiles), for the kernels after
+  // the GEMM: CUTLASS tiles each problem itself.
   __device__ void WriteSchedule(int64_t b) const {
     WriteBatchSchedule(o.group_sizes, o.group_offset, p.num_global_groups, p.num_local_groups,
                        p.rows, /*tile_rows=*/1, o.workspace, b);
-  }
-  __device__ RaggedSchedule Schedule(int64_t b) const {
-    return ScheduleOfBatch(o.workspace, b, p.num_local_groups);
   }
 };
 
 // RaggedM: problem (g, b) is lhs[b, rows of g] [m_g, K] . rhs[g, b] -> out[b, rows of g].
 // A row-major; B row-major [K, N] or, with rhs_transposed, column-major [N, K]. Rows of
-// no group are zeroed here, by all kZeroParts blocks of the batch entry.
+// no group are zeroed here, by all kPrepareParts blocks of the batch entry.
 template <class T, class O>
 struct RaggedMProblems : RaggedProblems<RaggedMProblem> {
-  static constexpr int kZeroParts = 32;
-
-  int prepare_parts() const { return kZeroParts; }
+  static constexpr int kPrepareParts = 32;  // blocks that zero the rows of no group
 
   __device__ void PrepareBatch(int64_t b, int64_t part, int64_t parts) const {
     if (part == 0) this->WriteSchedule(b);
@@ -54,8 +77,8 @@ struct RaggedMProblems : RaggedProblems<RaggedMProblem> {
 
   __device__ ProblemDescription operator()(int64_t g, int64_t b) const {
     const RaggedMProblem& p = this->p;
-    const RaggedSchedule s = this->Schedule(b);
-    const int64_t begin = s.row_begin[g], rows = s.row_begin[g + 1] - begin;
+    const auto [begin, end] = this->RowsOf(g);
+    const int64_t rows = end - begin;
     return {static_cast<int>(rows), static_cast<int>(p.n), static_cast<int>(p.k),
             static_cast<const T*>(this->o.lhs) + (b * p.rows + begin) * p.k,
             static_cast<const T*>(this->o.rhs) + (g * p.batch + b) * p.k * p.n,
@@ -84,8 +107,9 @@ struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
   int left_rows;
   OnDemand largest_first;
 
-  // What PrepareBatch stages for Position, in block 0's shared memory.
+  // What StageRanking stages for Position, in the block's shared memory.
   struct Ranking {
+    int32_t row_begin[kMaxOrderedGroups + 1];
     int32_t rows[kMaxOrderedGroups];  // each group's
     uint32_t with_tiles, sum, longest;  // over the groups with tiles (rows > left_rows)
     bool ordered;                       // largest first
@@ -95,23 +119,32 @@ struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
     return ranking;
   }
 
-  int prepare_parts() const { return 1; }
+  static constexpr int kPrepareParts = 1;
 
   __device__ bool MayOrder() const {
     return largest_first != OnDemand::kNever && this->p.num_local_groups <= kMaxOrderedGroups;
   }
 
-  __device__ void PrepareBatch(int64_t b, int64_t, int64_t) const {
-    this->WriteSchedule(b);
-    if (!MayOrder()) return;
+  // The schedule, for the streamed kernel after the GEMM.
+  __device__ void PrepareBatch(int64_t b, int64_t, int64_t) const { this->WriteSchedule(b); }
+
+  // Beside the rows of groups [lo, hi], the order of the batch entry's problems.
+  __device__ void StageGroups(int64_t b, int64_t lo, int64_t hi) const {
+    RaggedProblems<RaggedKProblem>::StageGroups(b, lo, hi);
+    if (MayOrder()) StageRanking(b);
+  }
+
+  // Stages the batch entry's group lengths and decides its order from them.
+  __device__ void StageRanking(int64_t b) const {
     Ranking& r = Staged();
     if (threadIdx.x == 0) r.with_tiles = r.sum = r.longest = 0;
-    __syncthreads();  // the schedule and the zeroed totals, before the reads and sums below
-    const RaggedSchedule s = this->Schedule(b);
-    // Lengths <= rows <= INT32_MAX (LaunchRaggedK), so their sum fits 32 bits.
+    // Lengths <= rows <= INT32_MAX (LaunchRaggedK), so boundaries and sums fit 32 bits.
+    ForEachRowBegin(this->Window(b), this->p.num_local_groups, this->p.rows,
+                    [&](int64_t j, int64_t row) { r.row_begin[j] = static_cast<int32_t>(row); });
+    __syncthreads();  // the boundaries and the zeroed totals, before the reads and sums below
     uint32_t with_tiles = 0, sum = 0, longest = 0;
     for (int64_t j = threadIdx.x; j < this->p.num_local_groups; j += blockDim.x) {
-      const uint32_t rows = static_cast<uint32_t>(s.row_begin[j + 1] - s.row_begin[j]);
+      const uint32_t rows = static_cast<uint32_t>(r.row_begin[j + 1] - r.row_begin[j]);
       r.rows[j] = static_cast<int32_t>(rows);
       if (rows > static_cast<uint32_t>(left_rows)) {
         ++with_tiles;
@@ -146,8 +179,8 @@ struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
 
   __device__ ProblemDescription operator()(int64_t g, int64_t b) const {
     const RaggedKProblem& p = this->p;
-    const RaggedSchedule s = this->Schedule(b);
-    const int64_t begin = s.row_begin[g], rows = s.row_begin[g + 1] - begin;
+    const auto [begin, end] = this->RowsOf(g);
+    const int64_t rows = end - begin;
     const int m = rows <= left_rows ? 0 : static_cast<int>(p.p);
     return {m, static_cast<int>(p.n), static_cast<int>(rows),
             static_cast<const T*>(this->o.lhs) + (b * p.rows + begin) * p.p,
