@@ -97,12 +97,13 @@ struct RaggedMProblems : RaggedProblems<RaggedMProblem> {
 // dynamic_tiles_sm90.cuh): a wgrad tile's mainloop runs over its group's rows, and a
 // persistent scheduler hands out tiles in problem order, so in group order a skewed routing's
 // few long tiles can fall late and leave most CTAs idle at the end, where largest first puts
-// them in the first rounds and ends on short tiles. An even routing keeps group order.
+// them in the first rounds and ends on short tiles. An even routing of short contractions
+// keeps group order.
 template <class T, class O>
 struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
-  // Each group's rank is a scan of the batch entry's group lengths in shared memory: G / 256
-  // scans of G broadcast reads per thread, about a microsecond at this many groups; larger
-  // calls keep group order.
+  // Each group's rank is a scan of the batch entry's group lengths in shared memory, G
+  // broadcast reads by each thread that writes one of its problems: about a microsecond at
+  // this many groups; larger calls keep group order.
   static constexpr int kMaxOrderedGroups = 1024;
   int left_rows;
   OnDemand largest_first;
