@@ -43,7 +43,9 @@ def test_cuda_handlers_are_built_and_used():
   assert _native.RAGGED_M_TARGET in compiled.as_text()
 
 
-# Run in a fresh process: XLA_FLAGS are read once, when the backend starts.
+# Run in a fresh process: XLA_FLAGS are read once, when the backend starts. The test puts
+# DTYPE and TOLERANCE in front: f32 takes the SIMT kernels, bf16 the tensor-core GEMMs (with
+# wgrad's streamed kernel for the groups of at most 8 rows, launched beside the GEMM).
 _COMMAND_BUFFER_SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     import jax_grouped_gemm as jgg
@@ -57,24 +59,28 @@ _COMMAND_BUFFER_SCRIPT = textwrap.dedent("""
     step = jax.jit(moe_step)
     rng = np.random.default_rng(0)
     m, k, n, g = 256, 64, 96, 4
-    x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
-    w = jnp.asarray(rng.standard_normal((g, k, n)), jnp.float32)
-    ct = jnp.asarray(rng.standard_normal((m, n)), jnp.float32)
-    for sizes in ([64, 64, 64, 64], [256, 0, 0, 0], [0, 0, 0, 0], [10, 200, 0, 3], [-4, 300, 1, 1]):
-      dx, dw = step(x, w, jnp.asarray(sizes, jnp.int32), ct)
-      expect_dx = reference.ragged_m(ct, w, sizes, rhs_transposed=True)
-      expect_dw = reference.ragged_k(x, ct, sizes, num_groups=g)
-      assert reference.relative_error(dx, expect_dx) < 1e-5, sizes
-      assert reference.relative_error(dw, expect_dw) < 1e-5, sizes
+    x, w, ct = (jnp.asarray(rng.standard_normal(shape), DTYPE)
+                for shape in ((m, k), (g, k, n), (m, n)))
+    f32 = lambda a: np.asarray(a.astype(jnp.float32))
+    for sizes in ([64, 64, 64, 64], [256, 0, 0, 0], [0, 0, 0, 0], [10, 200, 0, 3], [-4, 300, 1, 1],
+                  [2, 5, 240, 9]):
+      dx, dw = step(x, w, jnp.asarray(sizes, jnp.int32), ct.astype(jnp.float32))
+      expect_dx = reference.ragged_m(f32(ct), f32(w), sizes, rhs_transposed=True)
+      expect_dw = reference.ragged_k(f32(x), f32(ct), sizes, num_groups=g)
+      assert reference.relative_error(dx, expect_dx) < TOLERANCE, sizes
+      assert reference.relative_error(dw, expect_dw) < TOLERANCE, sizes
     print("replays ok")
 """)
 
 
 @requires_gpu
-def test_captured_in_command_buffer_and_replays_with_new_group_sizes(tmp_path):
+@pytest.mark.parametrize("dtype,tolerance", [("float32", 1e-5), ("bfloat16", 1e-2)])
+def test_captured_in_command_buffer_and_replays_with_new_group_sizes(tmp_path, dtype, tolerance):
   # Capture also proves no device-to-host copy or sync in our handlers: stream
   # capture rejects both.
-  ours = command_buffers.custom_calls_after_capture(_COMMAND_BUFFER_SCRIPT, tmp_path, "moe_step")
+  script = f"import jax.numpy as jnp\nDTYPE, TOLERANCE = jnp.{dtype}, {tolerance}\n"
+  ours = command_buffers.custom_calls_after_capture(script + _COMMAND_BUFFER_SCRIPT, tmp_path,
+                                                    "moe_step")
   assert ours and all(map(command_buffers.nested_in_a_command_buffer, ours)), ours
 
 
@@ -94,6 +100,10 @@ _PATH_CASES = {
     "sum_below_rows": (512, 128, 64, [100, 0, 37]),
     # Skewed groups, two of equal size: wgrad's problems run largest first, ties in group order.
     "skewed_groups_with_ties": (3300, 64, 256, [9, 700, 0, 130, 700, 3, 400, 58, 1200]),
+    # Wgrad contractions of 9 to 65 rows (one 64-row k-block or a row past it) on P = 200 and
+    # N = 264 rows and columns of output: partial tiles on both edges.
+    "short_contractions_partial_wgrad_tiles": (700, 200, 264,
+                                               [9, 64, 65, 0, 33, 17, 16, 1, 47, 200]),
 }
 
 
@@ -126,7 +136,8 @@ _TUNING_OVERRIDES = {
     "cooperative_tile_everywhere": {"JGG_SM90_SMALL_M_ROWS": "0"},
     "wide_epilogue_everywhere": {"JGG_SM90_SMALL_M_ROWS": "0", "JGG_SM90_WIDE_EPILOGUE_ROWS": "0"},
     "raster_along_n": {"JGG_SM90_RASTER": "n"},
-    "no_tail_split_no_pdl": {"JGG_SM90_TAIL_SPLIT": "0", "JGG_SM90_PDL": "0"},
+    "no_tail_split_no_pdl": {"JGG_SM90_TAIL_SPLIT": "0", "JGG_SM90_PDL": "0",
+                             "JGG_WGRAD_STREAMED_BESIDE": "0"},
     "wgrad_static_tiles_in_group_order": {"JGG_SM90_WGRAD_TILES": "static",
                                           "JGG_SM90_WGRAD_ORDER": "groups"},
     "wgrad_tiles_on_demand_in_group_order": {"JGG_SM90_WGRAD_ORDER": "groups"},

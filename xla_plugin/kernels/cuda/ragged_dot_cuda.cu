@@ -86,6 +86,17 @@ int WgradStreamedRows() {
   return rows;
 }
 
+// Whether wgrad's streamed kernel may start on the SMs the GEMM's last CTAs leave idle
+// (launched as a programmatic dependent of the GEMM; the default) or only after the whole
+// GEMM (JGG_WGRAD_STREAMED_BESIDE=0): for A/B runs.
+bool WgradStreamedBesideGemm() {
+  static const bool beside = [] {
+    const char* value = std::getenv("JGG_WGRAD_STREAMED_BESIDE");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return beside;
+}
+
 // Tile choice by static shape: groups averaging at most 64 rows leave most of a
 // 128-row tile empty and are bound by streaming weights, so they take the 64-row
 // ping-pong tile; larger groups the 128x256 cooperative one, with wider epilogue
@@ -150,7 +161,8 @@ cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cuda
   if (p.rows == 0 || !TensorCoreFriendly(info, p.in_type, p.out_type, o, p.p, p.n,
                                          p.batch * p.num_local_groups))
     return LaunchRaggedKSimt(p, o, stream);
-  // The GEMM's preparation launch writes the schedule the streamed kernel reads after it.
+  // The GEMM's preparation launch writes the schedule the streamed kernel reads; the GEMM
+  // lets the streamed kernel launch once that preparation is complete.
   const int streamed_rows = WgradStreamedRows();
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
   if (cudaError_t e = DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
@@ -159,7 +171,7 @@ cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cuda
       });
       e != cudaSuccess)
     return e;
-  return LaunchRaggedKStreamed(p, o, streamed_rows, stream);
+  return LaunchRaggedKStreamed(p, o, streamed_rows, WgradStreamedBesideGemm(), stream);
 }
 
 }  // namespace jgg::cuda

@@ -85,25 +85,32 @@ __global__ void __launch_bounds__(kMaxThreads) RaggedKStreamedKernel(
 
 template <typename T, typename O>
 cudaError_t Launch(const RaggedKProblem& p, const RaggedOperands& o, int max_rows,
-                   cudaStream_t stream) {
+                   bool beside_gemm, cudaStream_t stream) {
   const int64_t vectors = CeilDiv(p.n, kVector);
   const int threads = static_cast<int>(MinI64(kMaxThreads, CeilDiv(vectors, 32) * 32));
-  const dim3 grid(static_cast<unsigned>(CeilDiv(p.p, kOutRowsPerBlock)),
-                  static_cast<unsigned>(MinI64(kMaxGridYZ, CeilDiv(vectors, threads))),
-                  static_cast<unsigned>(p.num_local_groups * p.batch));
-  RaggedKStreamedKernel<T, O><<<grid, threads, 0, stream>>>(
-      p, static_cast<const T*>(o.lhs), static_cast<const T*>(o.rhs), static_cast<O*>(o.out),
-      o.workspace, max_rows);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(CeilDiv(p.p, kOutRowsPerBlock)),
+                        static_cast<unsigned>(MinI64(kMaxGridYZ, CeilDiv(vectors, threads))),
+                        static_cast<unsigned>(p.num_local_groups * p.batch));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.stream = stream;
+  cudaLaunchAttribute beside{};
+  beside.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  beside.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &beside;
+  config.numAttrs = beside_gemm ? 1 : 0;
+  return cudaLaunchKernelEx(&config, RaggedKStreamedKernel<T, O>, p, static_cast<const T*>(o.lhs),
+                            static_cast<const T*>(o.rhs), static_cast<O*>(o.out),
+                            static_cast<const void*>(o.workspace), max_rows);
 }
 
 template <typename T>
 cudaError_t LaunchWithInput(const RaggedKProblem& p, const RaggedOperands& o, int max_rows,
-                            cudaStream_t stream) {
+                            bool beside_gemm, cudaStream_t stream) {
   switch (p.out_type) {
-    case ElementType::kF32: return Launch<T, float>(p, o, max_rows, stream);
-    case ElementType::kBF16: return Launch<T, __nv_bfloat16>(p, o, max_rows, stream);
-    case ElementType::kF16: return Launch<T, __half>(p, o, max_rows, stream);
+    case ElementType::kF32: return Launch<T, float>(p, o, max_rows, beside_gemm, stream);
+    case ElementType::kBF16: return Launch<T, __nv_bfloat16>(p, o, max_rows, beside_gemm, stream);
+    case ElementType::kF16: return Launch<T, __half>(p, o, max_rows, beside_gemm, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -111,11 +118,12 @@ cudaError_t LaunchWithInput(const RaggedKProblem& p, const RaggedOperands& o, in
 }  // namespace
 
 cudaError_t LaunchRaggedKStreamed(const RaggedKProblem& p, const RaggedOperands& o, int max_rows,
-                                  cudaStream_t stream) {
+                                  bool beside_gemm, cudaStream_t stream) {
   if (max_rows < 0 || max_rows > kStreamedMaxRows) return cudaErrorInvalidValue;
   switch (p.in_type) {
-    case ElementType::kBF16: return LaunchWithInput<__nv_bfloat16>(p, o, max_rows, stream);
-    case ElementType::kF16: return LaunchWithInput<__half>(p, o, max_rows, stream);
+    case ElementType::kBF16:
+      return LaunchWithInput<__nv_bfloat16>(p, o, max_rows, beside_gemm, stream);
+    case ElementType::kF16: return LaunchWithInput<__half>(p, o, max_rows, beside_gemm, stream);
     default: return cudaErrorInvalidValue;
   }
 }

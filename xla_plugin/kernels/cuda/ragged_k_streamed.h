@@ -22,8 +22,12 @@ inline constexpr int kStreamedMaxRows = 8;
 // `max_rows` rows (0 <= max_rows <= kStreamedMaxRows) and leaves the others
 // untouched. Preconditions (the tensor-core path's): 16-bit inputs, N a
 // multiple of 8, 16-byte aligned rhs and out; the schedule is in the workspace.
+// With `beside_gemm`, the kernel is launched as a programmatic dependent of the
+// grid before it, which must be the tensor-core GEMM of the same call: that GEMM
+// lets it launch once its preparation is complete (sm90/grouped_gemm_sm90.cuh), so
+// its blocks take the SMs the GEMM's last CTAs leave idle.
 cudaError_t LaunchRaggedKStreamed(const RaggedKProblem& problem, const RaggedOperands& operands,
-                                  int max_rows, cudaStream_t stream);
+                                  int max_rows, bool beside_gemm, cudaStream_t stream);
 
 }  // namespace jgg::cuda
 

@@ -105,7 +105,11 @@ using Pingpong64x128 = TileConfig<Shape<_64, _128, _128>, Shape<_1, _1, _1>,
 // whose problem arrays it reads): with that wait the GEMM can be launched as a programmatic
 // dependent of the preparation (RunGrouped), so its launch and the placement of its CTAs
 // overlap the preparation instead of following it. Launched the ordinary way, the wait
-// returns at once. kExtraSharedBytes more shared memory follow CUTLASS's storage.
+// returns at once. Past the wait it lets a programmatic dependent of its own launch: wgrad's
+// streamed kernel, which writes other groups than the GEMM and reads only what the
+// preparation wrote, takes the SMs the GEMM's CTAs leave as they finish (a dependent
+// launched the ordinary way still waits for the whole GEMM). kExtraSharedBytes more shared
+// memory follow CUTLASS's storage.
 template <class Base, int kExtraSharedBytes = 0>
 struct WaitsForPreparation : Base {
   static constexpr int SharedStorageSize = Base::SharedStorageSize + kExtraSharedBytes;
@@ -113,6 +117,7 @@ struct WaitsForPreparation : Base {
 
   CUTLASS_DEVICE void operator()(typename Base::Params const& params, char* shared_storage) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
     Base::operator()(params, shared_storage);
   }
 };
