@@ -132,8 +132,8 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
   if (p.k == 0 || !TensorCoreFriendly(info, p.in_type, p.out_type, o, p.k, p.n,
                                       p.batch * p.num_local_groups))
     return LaunchRaggedMSimt(p, o, stream);
-  // One launch before the GEMM writes the schedule, zeroes the rows of no group and
-  // describes the problems (sm90/ragged_problems_sm90.cuh).
+  // One launch before the GEMM zeroes the rows of no group and describes the problems
+  // (sm90/ragged_problems_sm90.cuh).
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
   const bool small = FewRowsPerGroup(p.rows, p.num_local_groups);
   const bool many = ManyRowsPerGroup(p.rows, p.num_local_groups);
@@ -161,8 +161,8 @@ cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cuda
   if (p.rows == 0 || !TensorCoreFriendly(info, p.in_type, p.out_type, o, p.p, p.n,
                                          p.batch * p.num_local_groups))
     return LaunchRaggedKSimt(p, o, stream);
-  // The GEMM's preparation launch writes the schedule the streamed kernel reads; the GEMM
-  // lets the streamed kernel launch once that preparation is complete.
+  // The GEMM's preparation launch writes the row boundaries the streamed kernel reads; the
+  // GEMM lets the streamed kernel launch once that preparation is complete.
   const int streamed_rows = WgradStreamedRows();
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
   if (cudaError_t e = DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {

@@ -21,7 +21,8 @@ inline constexpr int kStreamedMaxRows = 8;
 // Writes out[g, b] for every (local group g, batch entry b) of at most
 // `max_rows` rows (0 <= max_rows <= kStreamedMaxRows) and leaves the others
 // untouched. Preconditions (the tensor-core path's): 16-bit inputs, N a
-// multiple of 8, 16-byte aligned rhs and out; the schedule is in the workspace.
+// multiple of 8, 16-byte aligned rhs and out; the schedule's row boundaries are in
+// the workspace.
 // With `beside_gemm`, the kernel is launched as a programmatic dependent of the
 // grid before it, which must be the tensor-core GEMM of the same call: that GEMM
 // lets it launch once its preparation is complete (sm90/grouped_gemm_sm90.cuh), so

@@ -292,8 +292,9 @@ inline constexpr int kProblemsPerPreparationBlock = 4;
 // The one launch before the GEMM. `Problems` describes a grouped launch on the device:
 //   batch(), groups()         problem p = g * batch() + b is group g of batch entry b;
 //   kPrepareParts             blocks per batch entry for PrepareBatch;
-//   PrepareBatch(b, x, n)     block x of n of batch entry b prepares it (the schedule,
-//                             zero fills), all kPrepareThreads threads together;
+//   PrepareBatch(b, x, n)     block x of n of batch entry b prepares it (wgrad's row
+//                             boundaries, the forward's zero fills), all kPrepareThreads
+//                             threads together;
 //   StageGroups(b, lo, hi)    stages in the block's shared memory what the two below need
 //                             for groups [lo, hi) of batch entry b, all threads together;
 //   operator()(g, b)          what group g of batch entry b computes, and

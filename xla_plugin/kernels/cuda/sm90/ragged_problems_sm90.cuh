@@ -1,8 +1,9 @@
 // How the canonical ragged GEMMs become CUTLASS grouped problems: one problem
 // per (local group, batch entry), computed on the device from the group sizes in
-// the launch before the GEMM (which also writes the schedule and, for RaggedM,
-// zeroes the rows of no group). Each block of that launch computes the row boundaries of
-// its own few groups from the group sizes (StageGroups), not from the schedule.
+// the launch before the GEMM (which also writes, for RaggedK, the row boundaries that the
+// streamed kernel after the GEMM reads and, for RaggedM, zeroes the rows of no group). Each
+// block of that launch computes the row boundaries of its own few groups from the group
+// sizes (StageGroups).
 #ifndef JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_RAGGED_PROBLEMS_SM90_CUH_
 #define JGG_XLA_PLUGIN_KERNELS_CUDA_SM90_RAGGED_PROBLEMS_SM90_CUH_
 
@@ -55,12 +56,6 @@ struct RaggedProblems {
   __device__ LocalWindow Window(int64_t b) const {
     return LocalWindowOf(o.group_sizes, o.group_offset, p.num_global_groups, p.num_local_groups, b);
   }
-  // Row boundaries only (RaggedSchedule::tile_begin counts 1-row tiles), for the kernels after
-  // the GEMM: CUTLASS tiles each problem itself.
-  __device__ void WriteSchedule(int64_t b) const {
-    WriteBatchSchedule(o.group_sizes, o.group_offset, p.num_global_groups, p.num_local_groups,
-                       p.rows, /*tile_rows=*/1, o.workspace, b);
-  }
 };
 
 // RaggedM: problem (g, b) is lhs[b, rows of g] [m_g, K] . rhs[g, b] -> out[b, rows of g].
@@ -71,7 +66,6 @@ struct RaggedMProblems : RaggedProblems<RaggedMProblem> {
   static constexpr int kPrepareParts = 32;  // blocks that zero the rows of no group
 
   __device__ void PrepareBatch(int64_t b, int64_t part, int64_t parts) const {
-    if (part == 0) this->WriteSchedule(b);
     ZeroUncoveredRows(this->p, this->o, sizeof(O), b, part, parts);
   }
 
@@ -126,16 +120,31 @@ struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
     return largest_first != OnDemand::kNever && this->p.num_local_groups <= kMaxOrderedGroups;
   }
 
-  // The schedule, for the streamed kernel after the GEMM.
-  __device__ void PrepareBatch(int64_t b, int64_t, int64_t) const { this->WriteSchedule(b); }
-
-  // Beside the rows of groups [lo, hi], the order of the batch entry's problems.
-  __device__ void StageGroups(int64_t b, int64_t lo, int64_t hi) const {
-    RaggedProblems<RaggedKProblem>::StageGroups(b, lo, hi);
-    if (MayOrder()) StageRanking(b);
+  // The row boundaries of the schedule (RaggedSchedule::row_begin; tile_begin is not
+  // written), which the streamed kernel after the GEMM reads: CUTLASS tiles each problem
+  // itself.
+  __device__ void PrepareBatch(int64_t b, int64_t, int64_t) const {
+    const RaggedSchedule s = ScheduleOfBatch(this->o.workspace, b, this->p.num_local_groups);
+    ForEachRowBegin(this->Window(b), this->p.num_local_groups, this->p.rows,
+                    [&](int64_t j, int64_t row) { s.row_begin[j] = row; });
   }
 
-  // Stages the batch entry's group lengths and decides its order from them.
+  // The rows of groups [lo, hi]: where the problems may be ordered, among the boundaries of
+  // every group that StageRanking stages to order them.
+  __device__ void StageGroups(int64_t b, int64_t lo, int64_t hi) const {
+    if (MayOrder()) {
+      StageRanking(b);
+    } else {
+      RaggedProblems<RaggedKProblem>::StageGroups(b, lo, hi);
+    }
+  }
+  __device__ Rows RowsOf(int64_t g) const {
+    if (!MayOrder()) return RaggedProblems<RaggedKProblem>::RowsOf(g);
+    const Ranking& r = Staged();
+    return {r.row_begin[g], r.row_begin[g + 1]};
+  }
+
+  // Stages the batch entry's row boundaries and group lengths and decides its order from them.
   __device__ void StageRanking(int64_t b) const {
     Ranking& r = Staged();
     if (threadIdx.x == 0) r.with_tiles = r.sum = r.longest = 0;
