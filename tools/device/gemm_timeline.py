@@ -3,7 +3,7 @@ the CUTLASS kernel (schedule, row zeroing and problem-array kernels, loop overhe
 
 Same method as mxfp8_timeline.py (jax.profiler trace of the bench's jitted loop, read back
 with jax.profiler.ProfileData). Run on the device:
-  PYTHONPATH=python:tests:. python3 tools/device/gemm_timeline.py [shape,...]
+  PYTHONPATH=python:tests:. python3 tools/device/gemm_timeline.py [shape,... [pass,...]]
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ DEFAULT_SHAPES = "qwen3-30b,deepseek-ep8"
 
 def main(argv):
   names = (argv[1] if len(argv) > 1 else DEFAULT_SHAPES).split(",")
+  passes = argv[2].split(",") if len(argv) > 2 else shapes_lib.PASSES
   for shape in shapes_lib.by_name(names):
     operands = jax_competitors._random_operands(shape.dims)
     sizes = jnp.asarray(shape.group_sizes())
-    for pass_name in shapes_lib.PASSES:
+    for pass_name in passes:
       fn = jax_competitors._grouped_fn("ours", pass_name)
       timeline(fn, jax_competitors._pass_operands(operands, pass_name) + (sizes,),
                f"{shape.name} {pass_name}")
