@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
+#include "xla_plugin/common/environment.h"
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/device_info.h"
 #include "xla_plugin/kernels/cuda/launch_limits.h"
@@ -24,10 +24,7 @@ namespace {
 
 // JGG_CUDA_KERNELS=simt forces the SIMT kernels (to test one path against the other).
 bool TensorCorePathEnabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("JGG_CUDA_KERNELS");
-    return value == nullptr || std::strcmp(value, "simt") != 0;
-  }();
+  static const bool enabled = !EnvironmentSays("JGG_CUDA_KERNELS", "simt");
   return enabled;
 }
 
@@ -90,10 +87,7 @@ int WgradStreamedRows() {
 // (launched as a programmatic dependent of the GEMM; the default) or only after the whole
 // GEMM (JGG_WGRAD_STREAMED_BESIDE=0): for A/B runs.
 bool WgradStreamedBesideGemm() {
-  static const bool beside = [] {
-    const char* value = std::getenv("JGG_WGRAD_STREAMED_BESIDE");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
+  static const bool beside = !EnvironmentSays("JGG_WGRAD_STREAMED_BESIDE", "0");
   return beside;
 }
 

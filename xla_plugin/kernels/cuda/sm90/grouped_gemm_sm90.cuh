@@ -15,8 +15,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "cute/tensor.hpp"
@@ -28,6 +26,7 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
+#include "xla_plugin/common/environment.h"
 #include "xla_plugin/common/workspace.h"
 #include "xla_plugin/kernels/cuda/cutlass_grouped.cuh"
 #include "xla_plugin/kernels/cuda/sm90/group_tensormaps_sm90.cuh"
@@ -343,11 +342,8 @@ __global__ void __launch_bounds__(Problems::kPrepareThreads)
   cute::tma_descriptor_fence_release();  // the GEMM reads them through the tensormap proxy
 }
 
-// The A/B switches below are read once per process (each caller's static).
-inline bool EnvironmentSays(const char* name, const char* value) {
-  const char* set = std::getenv(name);
-  return set != nullptr && std::strcmp(set, value) == 0;
-}
+// The A/B switches below are read once per process (each caller's static; EnvironmentSays in
+// xla_plugin/common/environment.h).
 
 // Tile order of the persistent group scheduler: along M (CUTLASS's default) unless
 // JGG_SM90_RASTER=n, for tuning runs. Swizzle stays 1: without host problem shapes CUTLASS
