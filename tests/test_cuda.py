@@ -90,9 +90,9 @@ _PATH_CASES = {
     # Groups ending in last row tiles of every kind: exactly 64 rows, 65, 128 (no tail), 129
     # (a 1-row tail), 0, 192 (a 64-row tail behind a full tile), 300 (44 rows behind two); sum < M.
     "large_groups_row_tails": (1200, 64, 256, [64, 65, 128, 129, 0, 192, 300]),
-    # At least 2048 rows per group on average (the wide-epilogue tile): an empty group, tails
-    # of 104, 52 and 5 rows, sum < M.
-    "long_groups_wide_epilogue": (8448, 64, 256, [4200, 0, 2100, 1029]),
+    # Thousands of rows per group (tens of row tiles per weight tile, as mixtral's): an empty
+    # group, tails of 104, 52 and 5 rows, sum < M.
+    "long_groups": (8448, 64, 256, [4200, 0, 2100, 1029]),
     # 80 rows per group on average: past the ping-pong tile's 64, in the cooperative tile.
     "tens_of_rows_per_group_cooperative_tile": (400, 64, 192, [90, 0, 110, 75, 70]),
     "few_rows_per_group_small_tile": (96, 64, 128, [5, 0, 30, 1, 20, 40]),
@@ -134,7 +134,6 @@ _TUNING_OVERRIDES = {
     "pingpong_tile_everywhere": {"JGG_SM90_SMALL_M_ROWS": "1000000",
                                  "JGG_WGRAD_STREAMED_ROWS": "0"},
     "cooperative_tile_everywhere": {"JGG_SM90_SMALL_M_ROWS": "0"},
-    "wide_epilogue_everywhere": {"JGG_SM90_SMALL_M_ROWS": "0", "JGG_SM90_WIDE_EPILOGUE_ROWS": "0"},
     "raster_along_n": {"JGG_SM90_RASTER": "n"},
     "no_tail_split_no_pdl": {"JGG_SM90_TAIL_SPLIT": "0", "JGG_SM90_PDL": "0",
                              "JGG_WGRAD_STREAMED_BESIDE": "0"},
@@ -291,7 +290,7 @@ _PASS_DIMS = {  # contracting dims of (lhs, rhs), rhs group dims
 
 
 @requires_gpu
-@pytest.mark.parametrize("case", ["large_groups_tensor_cores", "long_groups_wide_epilogue",
+@pytest.mark.parametrize("case", ["large_groups_tensor_cores", "long_groups",
                                   "few_rows_per_group_small_tile"])
 @pytest.mark.parametrize("in_dtype, out_dtype", _TYPE_PAIRS,
                          ids=lambda t: jnp.dtype(t).name)

@@ -25,8 +25,8 @@ CASES = [  # (M, K, N, group sizes)
     # wgrad: short contractions (one 64-row k-block, or a row past it) on partial tiles at both
     # edges (P = 200, N = 264); sum > M clamps the last group.
     (220, 200, 264, [33, 64, 65, 0, 17, 47, 30]),
-    # >= 2048 rows per group on average (the wide-epilogue tile), N not a multiple of the
-    # tile's, sum > M: the last group is clamped to the rows left.
+    # Thousands of rows per group, N not a multiple of the tile's, sum > M: the last group is
+    # clamped to the rows left.
     (6200, 64, 136, [3000, 0, 4000]),
 ]
 

@@ -93,19 +93,13 @@ bool WgradStreamedBesideGemm() {
 
 // Tile choice by static shape: groups averaging at most 64 rows leave most of a
 // 128-row tile empty and are bound by streaming weights, so they take the 64-row
-// ping-pong tile; larger groups the 128x256 cooperative one, with wider epilogue
-// subtiles from 2048 rows per group on (grouped_gemm_sm90.cuh says why). On an
-// H200 the two tie at 64 rows per group and the cooperative tile is 4-14% faster
-// from 96 (docs/PERFORMANCE.md). JGG_SM90_SMALL_M_ROWS overrides the 64 for
-// tuning runs (0: never the ping-pong tile).
+// ping-pong tile; larger groups the 128x256 cooperative one. On an H200 the two tie
+// at 64 rows per group and the cooperative tile is 4-14% faster from 96
+// (docs/PERFORMANCE.md). JGG_SM90_SMALL_M_ROWS overrides the 64 for tuning runs (0:
+// never the ping-pong tile).
 bool FewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
   static const int64_t threshold = RowsOverride("JGG_SM90_SMALL_M_ROWS", 64);
   return rows <= threshold * num_local_groups;
-}
-// JGG_SM90_WIDE_EPILOGUE_ROWS overrides the 2048 for tuning runs (0: always).
-bool ManyRowsPerGroup(int64_t rows, int64_t num_local_groups) {
-  static const int64_t threshold = RowsOverride("JGG_SM90_WIDE_EPILOGUE_ROWS", 2048);
-  return rows >= threshold * num_local_groups;
 }
 
 sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
@@ -130,7 +124,6 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
   // (sm90/ragged_problems_sm90.cuh).
   const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
   const bool small = FewRowsPerGroup(p.rows, p.num_local_groups);
-  const bool many = ManyRowsPerGroup(p.rows, p.num_local_groups);
   return DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
     constexpr ElementType kIn = decltype(in)::value, kOut = decltype(out)::value;
     using sm90::Tile;
@@ -140,7 +133,6 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
                               : sm90::RaggedM<kIn, kOut, kTile, false>(p, o, launch);
     };
     if (small) return run(std::integral_constant<Tile, Tile::kPingpong64x128>{});
-    if (many) return run(std::integral_constant<Tile, Tile::kCoop128x256WideEpilogue>{});
     return run(std::integral_constant<Tile, Tile::kCoop128x256>{});
   });
 }

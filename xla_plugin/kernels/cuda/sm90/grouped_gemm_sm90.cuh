@@ -65,31 +65,22 @@ struct TileConfig {
 // above 2x1 (docs/PERFORMANCE.md, 2026-11-24 third session). Wgrad's tile counts are not
 // ragged (its rows are the fixed hidden size), so it keeps 2x1's multicast.
 //
-// The epilogue stores each tile through shared memory in 128-row subtiles, two buffers
-// deep: CUTLASS's 32 columns for forward and dgrad (but groups of thousands of rows: the
-// wide-epilogue tile below); 128 bytes a row for wgrad (64 bf16 columns, 32 f32 ones), whose
-// tiles write a whole [K, N] gradient after short contractions (1-4% faster on all six large
-// wgrad anchors in bf16: docs/PERFORMANCE.md, 2026-11-27).
+// The epilogue stores each tile through shared memory in 128-row subtiles, two buffers deep,
+// each behind barriers of both consumer warpgroups while no MMA runs. Subtiles of 256 bytes a
+// row (128x128 in bf16/f16, 128x64 in f32) take two rounds a tile where CUTLASS's 128x32
+// takes eight; their 64 KB of buffers leave the mainloop 3 stages of 48 KB instead of 4. On
+// an H200 that is 0-4.4% faster on every cooperative row measured, forward, dgrad and wgrad,
+// from 32 (wgrad) or 96 rows per group to mixtral's 2048 (docs/PERFORMANCE.md, 2026-12-01).
+constexpr int kEpilogueRowBytes = 256;
 using Cooperative128x256 = TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                                       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-                                      /*kEpiRowBytes=*/0, Scheduling::kTailSplit>;
-// The same tile storing its epilogue in subtiles of 256 bytes a row (128x128 in bf16/f16,
-// 128x64 in f32): two buffers of 64 KB, which leave the mainloop 3 stages of 48 KB instead of
-// 4. Where each group has thousands of rows (mixtral's 2048), every weight tile serves many
-// row tiles from L2 and 3 stages suffice, while the epilogue runs 2 subtile rounds instead of 8:
-// forward 1-2.5% faster there; qwen3's groups of 512 rows, which stream 402 MB of weights,
-// lost 4% (docs/PERFORMANCE.md, 2026-11-27). Chosen by rows per group (ragged_dot_cuda.cu).
-using Cooperative128x256WideEpilogue =
-    TileConfig<Shape<_128, _256, _64>, Shape<_1, _1, _1>,
-               cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
-               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, /*kEpiRowBytes=*/256,
-               Scheduling::kTailSplit>;
+                                      kEpilogueRowBytes, Scheduling::kTailSplit>;
 // Wgrad's: 2x1 cluster, tiles on demand.
 using Cooperative128x256Cluster2x1 =
     TileConfig<Shape<_128, _256, _64>, Shape<_2, _1, _1>,
                cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
-               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, /*kEpiRowBytes=*/128,
+               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, kEpilogueRowBytes,
                Scheduling::kTilesOnDemand>;
 
 // 64x128x128 ping-pong (two consumer warpgroups alternate tiles, so one's

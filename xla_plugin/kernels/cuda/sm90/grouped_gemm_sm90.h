@@ -33,11 +33,9 @@ struct GroupedLaunch {
 
 // Tile configurations (grouped_gemm_sm90.cuh):
 //   kCoop128x256            128x256x64 cooperative, no cluster (forward and dgrad, large groups)
-//   kCoop128x256WideEpilogue  the same with 256-byte epilogue subtile rows (groups of thousands
-//                           of rows, whose weight tiles are L2 hits: 3 mainloop stages suffice)
 //   kPingpong64x128         64x128x128 ping-pong (groups of few rows: decode, many small experts)
 // Wgrad always runs 128x256x64 cooperative with a 2x1 cluster.
-enum class Tile { kCoop128x256, kCoop128x256WideEpilogue, kPingpong64x128 };
+enum class Tile { kCoop128x256, kPingpong64x128 };
 
 // Entry points. Each combination the dispatcher uses is one kernel instantiation, compiled
 // from instantiate_sm90.cu once per variant listed in xla_plugin/BUILD (inputs bf16 or f16;

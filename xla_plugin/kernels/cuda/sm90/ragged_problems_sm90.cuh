@@ -201,9 +201,6 @@ struct RaggedKProblems : RaggedProblems<RaggedKProblem> {
 
 template <Tile> struct TileConfigOf;
 template <> struct TileConfigOf<Tile::kCoop128x256> { using type = Cooperative128x256; };
-template <> struct TileConfigOf<Tile::kCoop128x256WideEpilogue> {
-  using type = Cooperative128x256WideEpilogue;
-};
 template <> struct TileConfigOf<Tile::kPingpong64x128> { using type = Pingpong64x128; };
 
 // B is the weight: row-major [K, N] for the forward, column-major (the forward's weight read
