@@ -93,6 +93,13 @@ _PATH_CASES = {
     # Thousands of rows per group (tens of row tiles per weight tile, as mixtral's): an empty
     # group, tails of 104, 52 and 5 rows, sum < M.
     "long_groups": (8448, 64, 256, [4200, 0, 2100, 1029]),
+    # A hot expert of 33 row tiles, which the forward and dgrad walk in bands of row tiles (two
+    # bands of 17 and 16 on 132 SMs), over 5 (forward) and 3 (dgrad) column tiles whose last
+    # ones are partial; an empty group, sum < M.
+    "hot_group_in_row_bands": (5000, 528, 1040, [4200, 0, 700]),
+    # Wgrad's output of 25 row tiles (13 rows of 2x1 clusters, the last half padding) over 3
+    # column tiles: in bands of cluster rows under the narrow_row_bands override below.
+    "wide_wgrad_output_in_row_bands": (1500, 3200, 520, [1200, 0, 250]),
     # 80 rows per group on average: past the ping-pong tile's 64, in the cooperative tile.
     "tens_of_rows_per_group_cooperative_tile": (400, 64, 192, [90, 0, 110, 75, 70]),
     "few_rows_per_group_small_tile": (96, 64, 128, [5, 0, 30, 1, 20, 40]),
@@ -135,6 +142,9 @@ _TUNING_OVERRIDES = {
                                  "JGG_WGRAD_STREAMED_ROWS": "0"},
     "cooperative_tile_everywhere": {"JGG_SM90_SMALL_M_ROWS": "0"},
     "raster_along_n": {"JGG_SM90_RASTER": "n"},
+    "cutlass_tile_order_without_row_bands": {"JGG_SM90_ROW_BAND": "0",
+                                             "JGG_SM90_WGRAD_ROW_BAND": "0"},
+    "narrow_row_bands": {"JGG_SM90_ROW_BAND": "5", "JGG_SM90_WGRAD_ROW_BAND": "4"},
     "no_tail_split_no_pdl": {"JGG_SM90_TAIL_SPLIT": "0", "JGG_SM90_PDL": "0",
                              "JGG_WGRAD_STREAMED_BESIDE": "0"},
     "wgrad_static_tiles_in_group_order": {"JGG_SM90_WGRAD_TILES": "static",

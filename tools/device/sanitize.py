@@ -28,6 +28,11 @@ CASES = [  # (M, K, N, group sizes)
     # Thousands of rows per group, N not a multiple of the tile's, sum > M: the last group is
     # clamped to the rows left.
     (6200, 64, 136, [3000, 0, 4000]),
+    # A hot group of 25 row tiles, walked in two bands of row tiles by forward and dgrad, over
+    # three column tiles (the last 8 columns wide); sum < M.
+    (3300, 520, 520, [3200, 0, 50]),
+    # Wgrad's output of 25 row tiles: 13 rows of 2x1 clusters, the last half padding.
+    (400, 3200, 264, [300, 0, 90]),
 ]
 
 

@@ -6,8 +6,8 @@
 #include "xla_plugin/kernels/cuda/ragged_dot_cuda.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "xla_plugin/common/environment.h"
@@ -63,23 +63,12 @@ cudaError_t DispatchTensorCoreTypes(ElementType in, ElementType out, Run&& run) 
               : run(TypeTag<ElementType::kF16>{}, TypeTag<ElementType::kF16>{});
 }
 
-// A rows-per-group threshold overridden from the environment for tuning runs:
-// `fallback` where `name` is unset, not a number or negative. Callers keep the
-// result in a static (read once per process).
-int64_t RowsOverride(const char* name, int64_t fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return fallback;
-  char* end = nullptr;
-  const long long parsed = std::strtoll(value, &end, 10);
-  return end == value || parsed < 0 ? fallback : parsed;
-}
-
 // Wgrad groups of at most this many rows are streamed (ragged_k_streamed.h), the
 // others go to the tensor cores. JGG_WGRAD_STREAMED_ROWS=0..8 overrides it for tuning
 // (0: only empty groups are streamed).
 int WgradStreamedRows() {
   static const int rows = static_cast<int>(std::min<int64_t>(
-      RowsOverride("JGG_WGRAD_STREAMED_ROWS", kStreamedMaxRows), kStreamedMaxRows));
+      EnvironmentCount("JGG_WGRAD_STREAMED_ROWS", kStreamedMaxRows), kStreamedMaxRows));
   return rows;
 }
 
@@ -98,15 +87,38 @@ bool WgradStreamedBesideGemm() {
 // (docs/PERFORMANCE.md). JGG_SM90_SMALL_M_ROWS overrides the 64 for tuning runs (0:
 // never the ping-pong tile).
 bool FewRowsPerGroup(int64_t rows, int64_t num_local_groups) {
-  static const int64_t threshold = RowsOverride("JGG_SM90_SMALL_M_ROWS", 64);
+  static const int64_t threshold = EnvironmentCount("JGG_SM90_SMALL_M_ROWS", 64);
   return rows <= threshold * num_local_groups;
 }
 
+// Row tiles per band of the forward's and dgrad's 128x256 tiles (sm90/group_scheduler_sm90.cuh,
+// InRowBands): sqrt(2 x SMs), where a wave of tiles reads as many bytes of A as of B (16 on
+// 132 SMs). On an H200 bands of 8, 16 or 24 row tiles gained 0.4-2.0% on the Zipf anchors'
+// forward and dgrad, whose hot experts span 24-140 row tiles; on wgrad (bands of its [K, N]
+// output's row tiles) 16 was even or up to 0.8% slower, so wgrad keeps CUTLASS's order
+// (docs/PERFORMANCE.md, 2026-12-01 fifty-third session). JGG_SM90_ROW_BAND and
+// JGG_SM90_WGRAD_ROW_BAND set them for tuning runs (0: CUTLASS's order, one column of row
+// tiles after another).
+int RaggedMRowTilesPerBand(const DeviceInfo& info) {
+  static const int64_t set = EnvironmentCount("JGG_SM90_ROW_BAND", -1);
+  if (set >= 0) return static_cast<int>(std::min<int64_t>(set, kMaxInt32));
+  return static_cast<int>(std::lround(std::sqrt(2.0 * info.sm_count)));
+}
+
+int RaggedKRowTilesPerBand() {
+  static const int64_t set = EnvironmentCount("JGG_SM90_WGRAD_ROW_BAND", 0);
+  return static_cast<int>(std::min<int64_t>(set, kMaxInt32));
+}
+
 sm90::GroupedLaunch MakeLaunch(const DeviceInfo& info, const RaggedOperands& o, int64_t batch,
-                               int64_t groups, cudaStream_t stream) {
-  return {info.device, info.sm_count, ProblemArgumentsRegion(o.workspace, batch, groups),
+                               int64_t groups, int row_tiles_per_band, cudaStream_t stream) {
+  return {info.device,
+          info.sm_count,
+          ProblemArgumentsRegion(o.workspace, batch, groups),
           CutlassWorkspaceRegion(o.workspace, batch, groups),
-          TailSplitRegion(o.workspace, o.workspace_bytes, batch, groups), stream};
+          TailSplitRegion(o.workspace, o.workspace_bytes, batch, groups),
+          stream,
+          row_tiles_per_band};
 }
 
 }  // namespace
@@ -122,7 +134,8 @@ cudaError_t LaunchRaggedM(const RaggedMProblem& p, const RaggedOperands& o, cuda
     return LaunchRaggedMSimt(p, o, stream);
   // One launch before the GEMM zeroes the rows of no group and describes the problems
   // (sm90/ragged_problems_sm90.cuh).
-  const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
+  const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups,
+                                                RaggedMRowTilesPerBand(info), stream);
   const bool small = FewRowsPerGroup(p.rows, p.num_local_groups);
   return DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
     constexpr ElementType kIn = decltype(in)::value, kOut = decltype(out)::value;
@@ -150,7 +163,8 @@ cudaError_t LaunchRaggedK(const RaggedKProblem& p, const RaggedOperands& o, cuda
   // The GEMM's preparation launch writes the row boundaries the streamed kernel reads; the
   // GEMM lets the streamed kernel launch once that preparation is complete.
   const int streamed_rows = WgradStreamedRows();
-  const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups, stream);
+  const sm90::GroupedLaunch launch = MakeLaunch(info, o, p.batch, p.num_local_groups,
+                                                RaggedKRowTilesPerBand(), stream);
   if (cudaError_t e = DispatchTensorCoreTypes(p.in_type, p.out_type, [&](auto in, auto out) {
         return sm90::RaggedK<decltype(in)::value, decltype(out)::value>(p, o, launch,
                                                                         streamed_rows);

@@ -67,7 +67,7 @@ CUTLASS_HOST_DEVICE constexpr bool TilesGoOnDemand(OnDemand when, int64_t proble
 }
 
 template <class Underlying>
-struct DynamicTilesProblemShape : cutlass::gemm::GroupProblemShape<Underlying> {
+struct DynamicTilesProblemShape : BandedProblemShape<Underlying> {
   unsigned long long* tile_counter = nullptr;  // zeroed by the preparation; null: static order
   OnDemand when = OnDemand::kNever;
 };
@@ -111,29 +111,36 @@ struct DynamicTileScheduler
   CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape cluster) {
     grid_ = uint64_t(gridDim.x) * gridDim.y * gridDim.z;
     cluster_ctas_ = uint64_t(cute::size(cluster));
-    offset_in_cluster_ = FirstLinearUnit(this->scheduler_params.raster_order_) % cluster_ctas_;
-    return Base::initial_work_tile_info(cluster);
+    unit_ = FirstLinearUnit(this->scheduler_params.raster_order_);
+    offset_in_cluster_ = unit_ % cluster_ctas_;
+    return Tile(unit_);
   }
 
-  // The scheduler warp, for each work tile after the CTA's first.
+  // The scheduler warp, for each work tile after the CTA's first: CUTLASS's static sequence
+  // (the CTA's first tile plus multiples of the grid) or the cluster's next ticket.
   template <class Pipeline, class PipelineState>
   CUTLASS_DEVICE auto advance_to_next_work(Pipeline& pipeline, PipelineState state,
                                            uint32_t advance_count = 1) {
-    if (!TilesOnDemand()) return Base::advance_to_next_work(pipeline, state, advance_count);
-    pipeline.producer_acquire(state);  // first: the ticket is taken when a slot is free
-    const uint64_t ticket = ClusterTicket(this->scheduler_params.problem_shapes_.tile_counter);
-    // Tickets count clusters past the first round; a cluster's CTAs keep their offsets in it.
-    const WorkTileInfo work =
-        this->get_current_work_for_linear_idx(grid_ + ticket * cluster_ctas_ + offset_in_cluster_);
-    if (cute::elect_one_sync()) {
-      this->response_ptr_[state.index()] = work;
-      cutlass::arch::fence_view_async_shared();
-      pipeline.producer_commit(state);
+    const bool on_demand = TilesOnDemand();
+    pipeline.producer_acquire(state);  // first: a ticket is taken when a slot is free
+    if (on_demand) {
+      // Tickets count clusters past the first round; a cluster's CTAs keep their offsets in it.
+      const uint64_t ticket = ClusterTicket(this->scheduler_params.problem_shapes_.tile_counter);
+      unit_ = grid_ + ticket * cluster_ctas_ + offset_in_cluster_;
+    } else {
+      unit_ += grid_ * advance_count;
     }
+    const WorkTileInfo work = Tile(unit_);
+    Respond(pipeline, state, this->response_ptr_, work);
     return cute::make_tuple(work, true);
   }
 
  private:
+  // Tile t of the GEMM, in the order of its group's bands.
+  CUTLASS_DEVICE WorkTileInfo Tile(uint64_t t) {
+    return InRowBands(this->get_current_work_for_linear_idx(t), this->scheduler_params);
+  }
+
   // Whether this GEMM's tiles go on demand; decided at the scheduler warp's first call (the
   // whole warp), from the problems the preparation wrote.
   CUTLASS_DEVICE bool TilesOnDemand() {
@@ -191,7 +198,7 @@ struct DynamicTileScheduler
     return __shfl_sync(0xffffffffu, ticket, 0);
   }
 
-  uint64_t grid_ = 1, cluster_ctas_ = 1, offset_in_cluster_ = 0, sequence_ = 0;
+  uint64_t grid_ = 1, cluster_ctas_ = 1, offset_in_cluster_ = 0, sequence_ = 0, unit_ = 0;
   int on_demand_ = -1;  // -1: not yet decided
 };
 

@@ -430,6 +430,9 @@ cudaError_t InitializeGemm(typename G::Gemm& gemm, const ProblemArrays<G>& array
           reinterpret_cast<float4*>(launch.tail_split + kTailSplitFlagBytes);
     }
   }
+  if constexpr (G::kTailSplit || G::kTilesOnDemand) {
+    args.problem_shape.row_tiles_per_band = launch.row_tiles_per_band;
+  }
   if constexpr (G::kTilesOnDemand) {
     args.problem_shape.tile_counter = scratch.tile_counter;  // null: CUTLASS's order
     args.problem_shape.when = WgradTilesOnDemand();

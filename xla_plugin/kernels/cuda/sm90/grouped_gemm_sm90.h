@@ -29,6 +29,7 @@ struct GroupedLaunch {
   void* cutlass_workspace;  // workspace region for CUTLASS (kCutlassWorkspaceBytes)
   char* tail_split;         // workspace region of the split last round (null: no split)
   cudaStream_t stream;
+  int row_tiles_per_band;   // of the 128x256 tiles' order (group_scheduler_sm90.cuh); 0: CUTLASS's
 };
 
 // Tile configurations (grouped_gemm_sm90.cuh):

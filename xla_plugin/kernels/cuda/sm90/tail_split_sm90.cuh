@@ -45,9 +45,9 @@
 
 namespace jgg::cuda::sm90 {
 
-// CUTLASS's grouped problem shape with the split's workspace: flags == nullptr, no split.
+// Our grouped problem shape with the split's workspace: flags == nullptr, no split.
 template <class Underlying>
-struct TailSplitProblemShape : cutlass::gemm::GroupProblemShape<Underlying> {
+struct TailSplitProblemShape : BandedProblemShape<Underlying> {
   int32_t* flags = nullptr;     // kTailSplitFlags, zeroed by the preparation
   float4* partials = nullptr;   // kTailSplitSlots slots of kTailSplitSlotBytes
 };
@@ -161,11 +161,7 @@ struct TailSplitScheduler
     unit_ += grid_ * advance_count;
     const WorkTileInfo work = WorkOfUnit(unit_);
     pipeline.producer_acquire(state);
-    if (cute::elect_one_sync()) {
-      this->response_ptr_[state.index()] = work;
-      cutlass::arch::fence_view_async_shared();
-      pipeline.producer_commit(state);
-    }
+    Respond(pipeline, state, this->response_ptr_, work);
     return cute::make_tuple(work, true);
   }
 
@@ -236,10 +232,10 @@ struct TailSplitScheduler
 
   // Unit u of the CTA's sequence: tile u, or, past the full rounds, a piece of a split tile.
   CUTLASS_DEVICE WorkTileInfo WorkOfUnit(uint64_t u) {
-    if (pieces_ == 0 || u < full_) return this->get_current_work_for_linear_idx(u);
+    if (pieces_ == 0 || u < full_) return Tile(u);
     const uint64_t v = u - full_, tile = full_ + v / pieces_;
     if (tile >= total_) return WorkTileInfo::invalid_work_tile();
-    WorkTileInfo work = this->get_current_work_for_linear_idx(tile);
+    WorkTileInfo work = Tile(tile);
     if (!work.is_valid()) return work;
     TailPiece p;
     p.pieces = pieces_;
@@ -248,6 +244,11 @@ struct TailSplitScheduler
     p.k_start = static_cast<uint32_t>(p.piece * k_tiles_ / pieces_);
     work.is_valid_tile = p.Encode();
     return work;
+  }
+
+  // Tile t of the GEMM, in the order of its group's bands.
+  CUTLASS_DEVICE WorkTileInfo Tile(uint64_t t) {
+    return InRowBands(this->get_current_work_for_linear_idx(t), this->scheduler_params);
   }
 
   uint64_t grid_ = 1, unit_ = 0, total_ = 0, full_ = 0;
